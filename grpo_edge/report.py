@@ -1,0 +1,117 @@
+"""One report structure, written as JSON and Markdown, used by every target and by `grpo-edge bench`.
+
+Every number in a report is a Figure that says how it was obtained:
+``measured-host`` (on the machine that ran deploy), ``measured-device`` (on the real device) or
+``estimated`` (a model of the device; ``source`` names the model and where its inputs come from).
+"""
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+HOW = ("measured-host", "measured-device", "estimated", "exact")
+
+
+@dataclass
+class Figure:
+    value: Any
+    unit: str = ""
+    how: str = "measured-host"
+    source: str = ""
+
+    def __post_init__(self):
+        if self.how not in HOW:
+            raise ValueError("Figure.how must be one of %s, got %r" % (HOW, self.how))
+        if self.how == "estimated" and not self.source:
+            raise ValueError("an estimated figure needs a source (model and where its inputs come from)")
+
+    def text(self) -> str:
+        v = self.value
+        if isinstance(v, float):
+            v = "%.4g" % v
+        label = {"measured-host": "measured on host", "measured-device": "measured on device",
+                 "estimated": "ESTIMATE", "exact": "exact"}[self.how]
+        return "%s %s (%s)" % (v, self.unit, label) if self.unit else "%s (%s)" % (v, label)
+
+
+@dataclass
+class Report:
+    title: str
+    target: str = ""
+    figures: Dict[str, Figure] = field(default_factory=dict)
+    sections: Dict[str, Any] = field(default_factory=dict)   # free-form structured detail (tables, checks)
+    notes: List[str] = field(default_factory=list)          # methods, assumptions, sources
+
+    def add(self, key: str, value, unit: str = "", how: str = "measured-host", source: str = "") -> Figure:
+        f = Figure(value, unit, how, source)
+        self.figures[key] = f
+        return f
+
+    def to_dict(self) -> dict:
+        return {"title": self.title, "target": self.target,
+                "figures": {k: asdict(v) for k, v in self.figures.items()},
+                "sections": self.sections, "notes": self.notes}
+
+    def to_markdown(self) -> str:
+        lines = ["# %s" % self.title, ""]
+        if self.target:
+            lines += ["Target: `%s`" % self.target, ""]
+        if self.figures:
+            lines += ["| figure | value | how obtained | source |", "|---|---|---|---|"]
+            for k, f in self.figures.items():
+                v = ("%.4g" % f.value) if isinstance(f.value, float) else str(f.value)
+                lines.append("| %s | %s %s | %s | %s |" % (k, v, f.unit, f.how, f.source))
+            lines.append("")
+        for name, body in self.sections.items():
+            lines += ["## %s" % name, ""]
+            lines += [_section_markdown(body), ""]
+        if self.notes:
+            lines += ["## Notes", ""] + ["- %s" % n for n in self.notes] + [""]
+        return "\n".join(lines)
+
+    def write(self, out_dir, stem: str = "report") -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / (stem + ".json"), json.dumps(self.to_dict(), indent=2, default=str))
+        atomic_write_text(out / (stem + ".md"), self.to_markdown())
+        return out / (stem + ".json")
+
+
+def _section_markdown(body) -> str:
+    # A list of flat dicts becomes a table; anything else is shown as JSON.
+    if isinstance(body, list) and body and all(isinstance(r, dict) for r in body):
+        cols = list(body[0].keys())
+        rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in body:
+            rows.append("| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |")
+        return "\n".join(rows)
+    if isinstance(body, str):
+        return body
+    return "```json\n%s\n```" % json.dumps(body, indent=2, default=str)
+
+
+def _cell(v) -> str:
+    return ("%.4g" % v) if isinstance(v, float) else str(v)
+
+
+def atomic_write_text(path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+    """Write via a temp file in the same folder + fsync + rename: readers never see a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, str(path))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
