@@ -1,0 +1,142 @@
+"""Containers for sampled experience, and the lockstep control rollout (Python 3.6 safe).
+
+A Rollout holds N = num_groups * G samples; sample i belongs to group i // G.
+Per-step / per-token tensors are (N, T) and padded; `mask` marks real steps/tokens.
+"""
+import numpy as np
+import torch
+
+
+class Rollout(object):
+    """A batch of sampled groups.
+
+    Attributes (N = num_groups * group_size, T = longest episode / completion):
+      actions     (N, T) long    sampled actions / tokens
+      mask        (N, T) float   1 for real steps/tokens, 0 for padding
+      old_logp    (N, T) float   log-prob of each action under the policy that sampled it
+      rewards     (N,)   float   total weighted reward per sample
+      reward_parts dict name -> (N,) float, each reward function's raw value
+      step_rewards (N, T) float or None   per-step rewards (control tasks)
+      truncated   (N,)   bool    episode cut by a time limit / completion cut by max length
+      inputs      dict name -> tensor with leading dim N: what the task needs to recompute log-probs
+      group_size  int
+      num_env_steps int          environment steps (control) or generated tokens (text) in this batch
+      extras      dict           anything else for logging (e.g. sampled texts)
+    """
+
+    def __init__(self, actions, mask, old_logp, rewards, group_size, inputs=None, reward_parts=None,
+                 step_rewards=None, truncated=None, num_env_steps=0, extras=None):
+        n = actions.shape[0]
+        if n % group_size != 0:
+            raise ValueError("rollout of %d samples is not a whole number of groups of %d" % (n, group_size))
+        self.actions = actions
+        self.mask = mask
+        self.old_logp = old_logp
+        self.rewards = rewards
+        self.group_size = group_size
+        self.inputs = inputs if inputs is not None else {}
+        self.reward_parts = reward_parts if reward_parts is not None else {}
+        self.step_rewards = step_rewards
+        self.truncated = truncated if truncated is not None else torch.zeros(n, dtype=torch.bool)
+        self.num_env_steps = int(num_env_steps)
+        self.extras = extras if extras is not None else {}
+
+    def __len__(self):
+        return self.actions.shape[0]
+
+    @property
+    def num_groups(self):
+        return len(self) // self.group_size
+
+    def select(self, idx):
+        """A view of samples `idx` (a LongTensor of sample indices) for minibatching."""
+        def take(x):
+            return x[idx] if torch.is_tensor(x) else x
+        r = Rollout.__new__(Rollout)
+        r.actions = take(self.actions)
+        r.mask = take(self.mask)
+        r.old_logp = take(self.old_logp)
+        r.rewards = take(self.rewards)
+        r.group_size = self.group_size
+        r.inputs = dict((k, take(v)) for k, v in self.inputs.items())
+        r.reward_parts = dict((k, take(v)) for k, v in self.reward_parts.items())
+        r.step_rewards = take(self.step_rewards) if self.step_rewards is not None else None
+        r.truncated = take(self.truncated)
+        r.num_env_steps = self.num_env_steps
+        r.extras = self.extras
+        for k in ("advantages", "ref_logp", "returns", "values"):
+            if hasattr(self, k):
+                setattr(r, k, take(getattr(self, k)))
+        return r
+
+    def to(self, device):
+        for k in ("actions", "mask", "old_logp", "rewards", "truncated"):
+            setattr(self, k, getattr(self, k).to(device))
+        if self.step_rewards is not None:
+            self.step_rewards = self.step_rewards.to(device)
+        self.inputs = dict((k, v.to(device)) for k, v in self.inputs.items())
+        self.reward_parts = dict((k, v.to(device)) for k, v in self.reward_parts.items())
+        return self
+
+
+def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="cpu", greedy=False,
+                     obs_transform=None):
+    """Run len(envs) episodes in lockstep; episodes of one group start from the same seeded reset.
+
+    policy: callable obs (B, obs_dim) float tensor -> logits (B, n_actions)
+    envs: list of gym-like envs (reset(seed=...) -> (obs, info); step(a) -> obs, r, terminated, truncated, info)
+    group_seeds: one reset seed per group; len(envs) == len(group_seeds) * group_size
+    Returns a Rollout with inputs["obs"] (N, T, obs_dim) and step_rewards (N, T).
+    """
+    n = len(envs)
+    assert n == len(group_seeds) * group_size
+    obs = np.stack([np.asarray(envs[i].reset(seed=int(group_seeds[i // group_size]))[0], dtype=np.float32)
+                    for i in range(n)])
+    alive = np.ones(n, dtype=bool)
+    truncated = np.zeros(n, dtype=bool)
+    obs_buf, act_buf, logp_buf, rew_buf, mask_buf = [], [], [], [], []
+    env_steps = 0
+    with torch.no_grad():
+        for _ in range(max_steps):
+            if not alive.any():
+                break
+            o = torch.as_tensor(obs, dtype=torch.float32, device=device)
+            if obs_transform is not None:
+                o = obs_transform(o)
+            logits = policy(o)
+            logp_all = torch.log_softmax(logits, dim=-1)
+            if greedy:
+                a = logits.argmax(-1)
+            else:
+                a = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+            lp = logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+            a_np = a.cpu().numpy()
+            rew = np.zeros(n, dtype=np.float32)
+            obs_buf.append(obs.copy())
+            act_buf.append(a_np)
+            logp_buf.append(lp.cpu().numpy())
+            mask_buf.append(alive.astype(np.float32))
+            for i in np.nonzero(alive)[0]:
+                o2, r, term, trunc, _ = envs[i].step(int(a_np[i]))
+                env_steps += 1
+                rew[i] = r
+                obs[i] = o2
+                if term or trunc:
+                    alive[i] = False
+                    truncated[i] = bool(trunc) and not bool(term)
+            rew_buf.append(rew)
+    truncated |= alive  # still running at max_steps: cut by our limit
+    mask = torch.as_tensor(np.stack(mask_buf, 1))                       # (N, T)
+    step_rewards = torch.as_tensor(np.stack(rew_buf, 1)) * mask         # (N, T)
+    return Rollout(
+        actions=torch.as_tensor(np.stack(act_buf, 1), dtype=torch.long),
+        mask=mask,
+        old_logp=torch.as_tensor(np.stack(logp_buf, 1)),
+        rewards=step_rewards.sum(1),
+        group_size=group_size,
+        inputs={"obs": torch.as_tensor(np.stack(obs_buf, 1))},          # (N, T, obs_dim)
+        reward_parts={"return": step_rewards.sum(1)},
+        step_rewards=step_rewards,
+        truncated=torch.as_tensor(truncated),
+        num_env_steps=env_steps,
+    )

@@ -1,0 +1,58 @@
+"""The Task interface: what the trainer, the CLI and the deploy pipelines ask of a task."""
+from typing import Dict, Tuple
+
+import numpy as np
+import torch
+
+from grpo_edge.core.rollout import Rollout
+
+
+class Task:
+    """A built-in or user task.
+
+    kind: "control" (episodic env, per-step actions), "bandit" (one action per input, e.g. a label)
+          or "sequence" (a completion of tokens per prompt).
+    metric_name: the name of the evaluation metric in `evaluate()` ("return", "accuracy", "exact_match").
+    """
+    name = "task"
+    kind = "control"
+    metric_name = "return"
+    higher_is_better = True
+
+    def __init__(self, cfg: dict, seed: int = 0):
+        self.cfg = cfg            # the resolved `task` section of the config (a dict)
+        self.seed = seed
+
+    # --- what the model needs -------------------------------------------------------------
+    def model_kwargs(self) -> dict:
+        """Constructor kwargs the model takes from the task (obs_dim, n_actions, vocab_size, ...)."""
+        raise NotImplementedError
+
+    def checkpoint_meta(self) -> dict:
+        """Plain data stored in the checkpoint: spaces, vocabulary, input shape, label names."""
+        raise NotImplementedError
+
+    # --- training -------------------------------------------------------------------------
+    def rollout(self, policy, num_groups: int, group_size: int, generator: torch.Generator) -> Rollout:
+        """Sample num_groups groups of group_size samples (inference mode)."""
+        raise NotImplementedError
+
+    def logprobs(self, policy, rollout: Rollout) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Re-compute (logp (N, T), entropy (N, T)) of rollout.actions under `policy` (with grad)."""
+        raise NotImplementedError
+
+    def warm_start_batches(self, batch_size: int, generator: torch.Generator):
+        """Text tasks: an iterable over one epoch of supervised batches; returns None if not applicable."""
+        return None
+
+    def supervised_loss(self, policy, batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    # --- evaluation / deploy ----------------------------------------------------------------
+    def evaluate(self, policy, split: str = "test", n: int = 0) -> Dict[str, float]:
+        """Greedy evaluation; the dict holds `metric_name`. n = 0 means the task's default size."""
+        raise NotImplementedError
+
+    def calibration_inputs(self, n: int) -> np.ndarray:
+        """Representative model inputs (float32, leading dim n) for int8 calibration."""
+        raise NotImplementedError
