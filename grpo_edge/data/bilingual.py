@@ -1,0 +1,262 @@
+"""BilingualPairLoader: (source, target) sentence pairs -> a shared char tokenizer -> padded id batches.
+
+    loader = BilingualPairLoader(src_lang="zh", tgt_lang="en", max_length=64)   # built-in numbers
+    loader = BilingualPairLoader(data_path="my_pairs.tsv", batch_size=16)       # your own pairs
+    for batch in loader:                       # one shuffled epoch over the train split
+        batch["src"], batch["tgt"]             # (B, S) long, (B, T) long (target + EOS, PAD after)
+
+Files (UTF-8): ``.tsv`` / ``.txt`` with ``source<TAB>target`` per line, or ``.jsonl`` / ``.json`` with
+one object per line, ``{"src": ..., "tgt": ...}`` or keyed by language (``{"zh": ..., "en": ...}``).
+Blank lines are skipped. ``data_path`` may also be a folder holding ``train.<ext>`` and optionally
+``test.<ext>``; without a test file the pairs are split by ``seed`` (``test_fraction``).
+Every problem (missing or empty path, malformed line, not UTF-8, pairs in the wrong language direction)
+is a one-line GrpoEdgeError naming the file (and line).
+"""
+import json
+import os
+import random
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from grpo_edge.core.tokenizer import EOS, PAD, CharTokenizer
+from grpo_edge.data.zh_numbers import number_pairs
+from grpo_edge.errors import ConfigError, GrpoEdgeError
+
+Pair = Tuple[str, str]
+_EXTS = (".tsv", ".txt", ".jsonl", ".json")
+
+
+def has_cjk(text: str) -> bool:
+    """True if `text` holds a CJK ideograph (U+3400..U+9FFF, U+F900..U+FAFF, U+20000..U+2FFFF)."""
+    for c in text:
+        o = ord(c)
+        if 0x3400 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x2FFFF:
+            return True
+    return False
+
+
+def _check_language(text: str, lang: str, side: str, where: str, other: str) -> None:
+    """zh text must hold CJK characters; en text must not. Other languages are not checked."""
+    if lang == "zh" and not has_cjk(text):
+        hint = " (the other side does: the pairs look reversed, swap src_lang/tgt_lang)" if has_cjk(other) else ""
+        raise GrpoEdgeError("%s: %s side %r has no Chinese characters but %s_lang='zh'%s"
+                            % (where, side, text[:40], side, hint))
+    if lang == "en" and has_cjk(text):
+        hint = " (the pairs look reversed, swap src_lang/tgt_lang)" if not has_cjk(other) else ""
+        raise GrpoEdgeError("%s: %s side %r holds Chinese characters but %s_lang='en'%s"
+                            % (where, side, text[:40], side, hint))
+
+
+def read_lines(path: str) -> List[str]:
+    """The lines of a UTF-8 text file (a BOM is allowed); a one-line error if it is not UTF-8."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise GrpoEdgeError("%s:%d: not UTF-8 text (byte 0x%02x); re-save the file as UTF-8"
+                            % (path, line, data[e.start])) from None
+
+
+def read_pairs(path: str, src_lang: str = "zh", tgt_lang: str = "en") -> List[Pair]:
+    """Read (source, target) pairs from a TSV or JSONL file, checking format and language direction."""
+    if not os.path.isfile(path):
+        raise GrpoEdgeError("data path %s does not exist" % path)
+    is_json = path.lower().endswith((".jsonl", ".json"))
+    pairs = []
+    for lineno, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        where = "%s:%d" % (path, lineno)
+        if is_json:
+            try:
+                obj = json.loads(line)
+            except ValueError as e:
+                raise GrpoEdgeError("%s: not valid JSON (%s)" % (where, e)) from None
+            if not isinstance(obj, dict):
+                raise GrpoEdgeError("%s: expected a JSON object, got %s" % (where, type(obj).__name__))
+            keys = ("src", "tgt") if "src" in obj or "tgt" in obj else (src_lang, tgt_lang)
+            if keys[0] not in obj or keys[1] not in obj:
+                raise GrpoEdgeError('%s: expected keys "src" and "tgt" (or %r and %r), got %s'
+                                    % (where, src_lang, tgt_lang, sorted(obj)))
+            src, tgt = obj[keys[0]], obj[keys[1]]
+            if not isinstance(src, str) or not isinstance(tgt, str):
+                raise GrpoEdgeError("%s: %r and %r must be strings" % (where, keys[0], keys[1]))
+        else:
+            cols = line.split("\t")
+            if len(cols) != 2:
+                raise GrpoEdgeError("%s: expected 'source<TAB>target' (2 columns), got %d column(s)"
+                                    % (where, len(cols)))
+            src, tgt = cols
+        src, tgt = src.strip(), tgt.strip()
+        if not src or not tgt:
+            raise GrpoEdgeError("%s: empty %s side" % (where, "source" if not src else "target"))
+        _check_language(src, src_lang, "src", where, tgt)
+        _check_language(tgt, tgt_lang, "tgt", where, src)
+        pairs.append((src, tgt))
+    if not pairs:
+        raise GrpoEdgeError("data path %s holds no pairs" % path)
+    return pairs
+
+
+def split_pairs(pairs: List[Pair], test_fraction: float, seed: int) -> Tuple[List[Pair], List[Pair]]:
+    """Deterministic disjoint split: a seeded shuffle, then the first round(test_fraction * n) are test.
+
+    Duplicated pairs are removed first so that no held-out pair also appears in train.
+    """
+    unique = list(dict.fromkeys(pairs))
+    order = list(range(len(unique)))
+    random.Random(seed).shuffle(order)
+    n_test = int(round(test_fraction * len(unique)))
+    if len(unique) > 1:
+        n_test = min(max(n_test, 1 if test_fraction > 0 else 0), len(unique) - 1)
+    test = [unique[i] for i in sorted(order[:n_test])]
+    train = [unique[i] for i in sorted(order[n_test:])]
+    return train, test
+
+
+class BilingualPairLoader(object):
+    """Sentence pairs for a translation task, tokenized with one CharTokenizer shared by both sides.
+
+    src_lang, tgt_lang: language codes; "zh" sides must hold Chinese characters, "en" sides must not.
+    max_length: longest source (ids) and target (ids, EOS included); longer sides are cut
+        (``num_truncated`` counts the pairs cut).
+    data_path: a TSV/JSONL file or a folder with train/test files; None = the built-in zh-en-numbers
+        pairs (0..max_number, either direction).
+    augment, mono_path: back-translation (issue 6); not implemented yet, a one-line error.
+    batch_size: pairs per batch when iterating; seed: the train/test split and the shuffling.
+    test_fraction: held-out share when the data has no separate test file.
+    max_number, liang: the built-in pairs' range and 两 form (see grpo_edge.data.zh_numbers).
+
+    Attributes: ``train_pairs``, ``test_pairs`` (lists of (src, tgt) strings), ``tokenizer``,
+    ``src_len`` (fixed padded source length), ``tgt_len`` (longest target + EOS).
+    """
+
+    def __init__(self, src_lang: str = "zh", tgt_lang: str = "en", max_length: int = 64,
+                 data_path: Optional[str] = None, augment: bool = False, mono_path: Optional[str] = None,
+                 batch_size: int = 32, seed: int = 0, test_fraction: float = 0.1,
+                 max_number: int = 9999, liang: bool = False):
+        if src_lang == tgt_lang:
+            raise ConfigError("src_lang and tgt_lang are both %r: a translation needs two languages" % src_lang)
+        if not isinstance(max_length, int) or max_length < 2:
+            raise ConfigError("max_length must be an integer >= 2, got %r" % (max_length,))
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError("batch_size must be an integer >= 1, got %r" % (batch_size,))
+        if not 0.0 <= test_fraction < 1.0:
+            raise ConfigError("test_fraction must be in [0, 1), got %r" % (test_fraction,))
+        if mono_path is not None and not augment:
+            raise ConfigError("mono_path is only used for back-translation: set augment=True or drop mono_path")
+        if augment:
+            raise ConfigError("augment=True (back-translation) is not implemented yet; train without it")
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+
+        if data_path is None:
+            pairs, test = self._builtin(max_number, liang), None
+        else:
+            pairs, test = self._from_path(str(data_path))
+        self.num_truncated = 0
+        pairs = self._truncate(pairs)                    # cut before splitting: the split stays disjoint
+        if test is None:
+            self.train_pairs, self.test_pairs = split_pairs(pairs, test_fraction, seed)
+        else:
+            self.test_pairs = list(dict.fromkeys(self._truncate(test)))
+            held = set(self.test_pairs)
+            self.train_pairs = [p for p in dict.fromkeys(pairs) if p not in held]
+        chars = set()
+        for s, t in self.train_pairs + self.test_pairs:
+            chars.update(s)
+            chars.update(t)
+        self.tokenizer = CharTokenizer("".join(chars))
+        everything = self.train_pairs + self.test_pairs
+        self.src_len = max(len(s) for s, _ in everything)          # sources padded to this (fixed)
+        self.tgt_len = max(len(t) for _, t in everything) + 1       # + EOS
+
+    # --- reading -----------------------------------------------------------------------------
+    def _builtin(self, max_number, liang):
+        langs = (self.src_lang, self.tgt_lang)
+        if set(langs) != {"zh", "en"}:
+            raise ConfigError("the built-in pairs are zh<->en; for %s->%s give data_path" % langs)
+        pairs = number_pairs(max_number, liang)                     # (zh, en)
+        if langs == ("en", "zh"):
+            pairs = [(en, zh) for zh, en in pairs]
+        return pairs
+
+    def _from_path(self, path):
+        """(pairs, test pairs or None when the data has no separate test file)."""
+        if os.path.isdir(path):
+            found = dict((os.path.splitext(f)[0], os.path.join(path, f)) for f in sorted(os.listdir(path))
+                         if f.lower().endswith(_EXTS))
+            if "train" not in found:
+                raise GrpoEdgeError("data folder %s has no train file (train.tsv or train.jsonl)" % path)
+            train = read_pairs(found["train"], self.src_lang, self.tgt_lang)
+            test = read_pairs(found["test"], self.src_lang, self.tgt_lang) if "test" in found else None
+            return train, test
+        if not os.path.exists(path):
+            raise GrpoEdgeError("data path %s does not exist" % path)
+        if not path.lower().endswith(_EXTS):
+            raise GrpoEdgeError("data path %s: expected a .tsv, .txt, .jsonl or .json file" % path)
+        if os.path.getsize(path) == 0:
+            raise GrpoEdgeError("data path %s is empty" % path)
+        return read_pairs(path, self.src_lang, self.tgt_lang), None
+
+    def _truncate(self, pairs):
+        out = []
+        for s, t in pairs:
+            s2, t2 = s[:self.max_length], t[:self.max_length - 1]      # target keeps room for EOS
+            self.num_truncated += (s2, t2) != (s, t)
+            out.append((s2, t2))
+        return out
+
+    # --- tensors -------------------------------------------------------------------------------
+    def encode_src(self, texts: List[str]) -> torch.Tensor:
+        """Sources -> (B, src_len) long, right-padded with PAD."""
+        out = torch.full((len(texts), self.src_len), PAD, dtype=torch.long)
+        for i, s in enumerate(texts):
+            ids = self.tokenizer.encode(s[:self.src_len])
+            out[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return out
+
+    def encode_tgt(self, texts: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Targets -> (ids (B, T) long: text + EOS then PAD, mask (B, T) float: 1 up to and with EOS)."""
+        seqs = [self.tokenizer.encode(t, eos=True) for t in texts]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
+        mask = torch.zeros(len(seqs), width)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, :len(s)] = 1.0
+        return ids, mask
+
+    def collate(self, pairs: List[Pair]) -> Dict[str, torch.Tensor]:
+        """A batch: {"src": (B, S) long, "tgt": (B, T) long, "tgt_mask": (B, T) float}."""
+        tgt, mask = self.encode_tgt([t for _, t in pairs])
+        return {"src": self.encode_src([s for s, _ in pairs]), "tgt": tgt, "tgt_mask": mask}
+
+    def pairs(self, split: str = "train") -> List[Pair]:
+        if split not in ("train", "test"):
+            raise ConfigError("split must be 'train' or 'test', got %r" % (split,))
+        return self.train_pairs if split == "train" else self.test_pairs
+
+    def batches(self, split: str = "train", batch_size: Optional[int] = None, shuffle: bool = True,
+                generator: Optional[torch.Generator] = None) -> Iterator[Dict[str, torch.Tensor]]:
+        """One epoch over `split` in batches (the last may be smaller); shuffled with `generator`."""
+        data = self.pairs(split)
+        bs = batch_size or self.batch_size
+        order = torch.randperm(len(data), generator=generator).tolist() if shuffle else range(len(data))
+        order = list(order)
+        for i in range(0, len(order), bs):
+            yield self.collate([data[j] for j in order[i:i + bs]])
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
+        self.epoch += 1
+        return self.batches("train", generator=g)
+
+    def __len__(self):
+        return (len(self.train_pairs) + self.batch_size - 1) // self.batch_size
