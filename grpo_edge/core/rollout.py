@@ -64,7 +64,7 @@ class Rollout(object):
         r.truncated = take(self.truncated)
         r.num_env_steps = self.num_env_steps
         r.extras = self.extras
-        for k in ("advantages", "ref_logp", "returns", "values"):
+        for k in ("advantages", "ref_logp", "returns", "values", "mask_loss"):
             if hasattr(self, k):
                 setattr(r, k, take(getattr(self, k)))
         return r

@@ -1,0 +1,50 @@
+"""Task registry. Built-in tasks are imported lazily (gymnasium / scikit-learn only when used)."""
+import importlib
+
+from grpo_edge.errors import ConfigError
+
+# name -> "module:Class"
+TASKS = {
+    "cartpole": "grpo_edge.tasks.control:CartPoleTask",
+    "acrobot": "grpo_edge.tasks.control:AcrobotTask",
+    "digits": "grpo_edge.tasks.digits:DigitsTask",
+    "arithmetic": "grpo_edge.tasks.arithmetic:ArithmeticTask",
+    "zh-en-numbers": "grpo_edge.tasks.zh_en_numbers:ZhEnNumbersTask",
+}
+DEFAULT_ARCH = {"cartpole": "mlp", "acrobot": "mlp", "digits": "lite-resnet", "arithmetic": "micro-gpt",
+                "zh-en-numbers": "tiny-transformer"}
+
+
+def task_class(name):
+    """The Task class for a built-in name or a user's 'module:Class'."""
+    spec = TASKS.get(name, name)
+    if ":" not in spec:
+        raise ConfigError("unknown task %r (built-in: %s; or give 'module:Class')" % (name, ", ".join(sorted(TASKS))))
+    module, cls = spec.split(":", 1)
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except ImportError as e:
+        raise ConfigError("task %r: cannot import %s (%s)" % (name, module, e))
+    except AttributeError:
+        raise ConfigError("task %r: %s has no class %s" % (name, module, cls))
+
+
+def task_defaults(name):
+    """The task's config keys and their defaults (dict), or None when the task declares none."""
+    d = getattr(task_class(name), "defaults", None)
+    return dict(d) if d is not None else None
+
+
+def default_arch(name):
+    return DEFAULT_ARCH.get(name) or getattr(task_class(name), "default_arch", "mlp")
+
+
+def get_task(name, cfg=None, seed=0):
+    """Build a task from its name and its config section (a dict; 'name' may be in it)."""
+    cfg = dict(cfg or {})
+    cfg.pop("name", None)
+    cls = task_class(name)
+    defaults = getattr(cls, "defaults", None)
+    if defaults is not None:
+        cfg = dict(defaults, **cfg)
+    return cls(cfg, seed=seed)

@@ -48,6 +48,19 @@ class Task:
     def supervised_loss(self, policy, batch) -> torch.Tensor:
         raise NotImplementedError
 
+    def get_state(self) -> dict:
+        """Plain-data state needed for an exact resume (the task's sampling RNG)."""
+        rng = getattr(self, "_rng", None)
+        if rng is None:
+            return {}
+        st = rng.get_state()
+        return {"rng": [st[0], torch.as_tensor(st[1].astype("int64")), int(st[2]), int(st[3]), float(st[4])]}
+
+    def set_state(self, state: dict) -> None:
+        if state and "rng" in state and getattr(self, "_rng", None) is not None:
+            r = state["rng"]
+            self._rng.set_state((r[0], r[1].numpy().astype("uint32"), r[2], r[3], r[4]))
+
     # --- evaluation / deploy ----------------------------------------------------------------
     def evaluate(self, policy, split: str = "test", n: int = 0) -> Dict[str, float]:
         """Greedy evaluation; the dict holds `metric_name`. n = 0 means the task's default size."""

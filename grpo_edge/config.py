@@ -1,0 +1,391 @@
+"""Run configuration: schema, defaults, validation and `load_config` (defaults < YAML < --set).
+
+A config has four sections, in the seed document's shape:
+
+    model:    {arch: tiny-transformer, d_model: 128, nhead: 4, num_layers: 4}
+    training: {batch_size: 32, grad_norm_clip: 0.8}
+    grpo:     {group_size: 8, clip_eps: 0.2, loss_type: grpo}
+    task:     {name: zh-en-numbers}
+
+`model` keys are the chosen architecture's constructor arguments (minus those the task supplies, such
+as obs_dim or vocab_size); `task` keys are the task's own (see `grpo-edge tasks`). `training` and
+`grpo` are the dataclasses below: each field's docstring is its documentation.
+"""
+import difflib
+import inspect
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from grpo_edge.errors import ConfigError
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = 200
+    """Number of rollout batches (each followed by num_iterations optimisation passes)."""
+    batch_size: int = 32
+    """Prompts / start states / images per rollout batch; each gets group_size samples."""
+    lr: float = 3e-4
+    """Base learning rate, for base_batch_size (scaled by lr_scaling)."""
+    lr_scaling: str = "sqrt"
+    """'sqrt': lr * sqrt(batch_size / base_batch_size) (the seed's tuning note); 'none': lr as given."""
+    base_batch_size: int = 32
+    """Batch size at which `lr` applies unscaled."""
+    lr_schedule: str = "constant"
+    """'constant', 'linear' (decay to 0) or 'cosine', after warmup_steps of linear warm-up."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up, in optimizer steps."""
+    adam_beta1: float = 0.9
+    """Adam beta1."""
+    adam_beta2: float = 0.99
+    """Adam beta2: 0.99 rather than 0.999 is steadier at small batch sizes (the seed's tuning note)."""
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW) when > 0."""
+    grad_norm_clip: float = 1.0
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+    grad_accum_steps: int = 1
+    """Optimizer step every N minibatches (a larger effective batch without more memory)."""
+    minibatch_size: int = 0
+    """Samples per forward/backward pass; 0 = the whole rollout batch (batch_size * group_size)."""
+    eval_every: int = 20
+    """Evaluate every N steps (and at the end); 0 = only at the end."""
+    eval_n: int = 0
+    """Evaluation episodes / examples; 0 = the task's default."""
+    save_every: int = 20
+    """Write last.pt every N steps (and at the end)."""
+    target_metric: Optional[float] = None
+    """Stop early once the evaluation metric reaches this value (e.g. 475 for CartPole-v1)."""
+    warm_start_epochs: int = 0
+    """Text tasks: supervised epochs on reference answers before GRPO."""
+    warm_start_lr: float = 1e-3
+    """Learning rate of the supervised warm start."""
+    amp: bool = False
+    """Mixed precision: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
+    gradient_checkpointing: int = 0
+    """Checkpoint every N-th block of transformer models (0 = off): less memory, more compute."""
+    device: str = "auto"
+    """'auto' (CUDA when present, else CPU), 'cpu' or 'cuda'."""
+    seed: int = 0
+    """Seeds torch, numpy, Python and the task; CPU runs are reproducible."""
+    log_every: int = 1
+    """Write a metrics.jsonl line every N steps."""
+    tensorboard: bool = False
+    """Also log to TensorBoard (needs the 'tensorboard' extra)."""
+    plot_grad_flow_every: int = 0
+    """Write grad_flow_<step>.png (per-layer gradient norms) every N steps; 0 = never."""
+
+
+@dataclass
+class GRPOConfig:
+    algo: str = "grpo"
+    """'grpo' (critic-free, group-relative advantages) or 'ppo' (critic + GAE, for comparison)."""
+    group_size: int = 8
+    """G: samples (completions / episodes / labels) drawn per prompt or start state."""
+    num_iterations: int = 1
+    """mu: optimisation passes over each rollout batch (>1 makes the clipped ratio matter)."""
+    clip_eps: float = 0.2
+    """Lower (and by default upper) clip range of the importance ratio."""
+    clip_eps_high: Optional[float] = None
+    """Upper clip range (DAPO clip-higher uses 0.28); None = clip_eps."""
+    loss_type: str = "grpo"
+    """Token aggregation: 'grpo', 'bnpo', 'dapo' or 'dr_grpo' (see grpo_edge/core/losses.py)."""
+    importance_level: str = "token"
+    """'token' ratio, or 'sequence' (GSPO: one geometric-mean ratio per sequence)."""
+    scale_rewards: str = "group"
+    """Advantage scaling: 'group' std, 'batch' std, or 'none' (Dr. GRPO)."""
+    advantage: str = "auto"
+    """'sequence' (whole-sample reward), 'reward_to_go' (control: per-step, group-relative), 'auto'."""
+    gamma: float = 0.99
+    """Discount for reward_to_go advantages and PPO's GAE."""
+    beta: float = 0.0
+    """KL coefficient towards the frozen reference (initial) policy; 0 = no reference model kept."""
+    kl_estimator: str = "k3"
+    """'k1', 'k2' or 'k3' (unbiased, non-negative; the default)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    temperature: float = 1.0
+    """Sampling temperature for rollouts."""
+    mask_truncated: bool = False
+    """Exclude samples cut by the length / time limit from the loss."""
+    filter_zero_std: bool = False
+    """Drop groups whose rewards are all equal (their advantage is 0; DAPO's dynamic sampling)."""
+    grad_penalty_lambda: float = 0.0
+    """Gradient regularization lambda * (||g|| - target_grad_norm)^2 (opt-in; see docs/algorithm.md)."""
+    target_grad_norm: float = 0.0
+    """Target norm in the gradient penalty."""
+    gae_lambda: float = 0.95
+    """PPO: GAE lambda."""
+    vf_coef: float = 0.5
+    """PPO: value-loss coefficient."""
+    critic_hidden: int = 64
+    """PPO: hidden width of the control critic."""
+
+
+SECTIONS = ("model", "training", "grpo", "task")
+CHOICES = {
+    ("training", "lr_scaling"): ("sqrt", "none"),
+    ("training", "lr_schedule"): ("constant", "linear", "cosine"),
+    ("training", "device"): ("auto", "cpu", "cuda"),
+    ("grpo", "algo"): ("grpo", "ppo"),
+    ("grpo", "loss_type"): ("grpo", "bnpo", "dapo", "dr_grpo"),
+    ("grpo", "importance_level"): ("token", "sequence"),
+    ("grpo", "scale_rewards"): ("group", "batch", "none"),
+    ("grpo", "advantage"): ("auto", "sequence", "reward_to_go"),
+    ("grpo", "kl_estimator"): ("k1", "k2", "k3"),
+}
+# (section, key) -> (low, high, low_inclusive); None = unbounded
+RANGES = {
+    ("training", "steps"): (1, None, True), ("training", "batch_size"): (1, None, True),
+    ("training", "lr"): (0, None, False), ("training", "base_batch_size"): (1, None, True),
+    ("training", "adam_beta1"): (0, 1, True), ("training", "adam_beta2"): (0, 1, True),
+    ("training", "grad_norm_clip"): (0, None, True), ("training", "grad_accum_steps"): (1, None, True),
+    ("training", "minibatch_size"): (0, None, True), ("training", "warmup_steps"): (0, None, True),
+    ("training", "eval_every"): (0, None, True), ("training", "save_every"): (1, None, True),
+    ("training", "warm_start_epochs"): (0, None, True), ("training", "log_every"): (1, None, True),
+    ("grpo", "group_size"): (2, None, True), ("grpo", "num_iterations"): (1, None, True),
+    ("grpo", "clip_eps"): (0, 1, False), ("grpo", "beta"): (0, None, True),
+    ("grpo", "gamma"): (0, 1, True), ("grpo", "gae_lambda"): (0, 1, True),
+    ("grpo", "temperature"): (0, None, False), ("grpo", "grad_penalty_lambda"): (0, None, True),
+    ("training", "gradient_checkpointing"): (0, None, True),
+}
+# Names readers of the seed document (or of other frameworks) type, mapped to ours.
+MODEL_ALIASES = {"micro-gpt": {"nhead": "n_head", "num_layers": "n_layer"}}
+TRAINING_ALIASES = {"grad_clip": "grad_norm_clip", "gradient_accumulation_steps": "grad_accum_steps"}
+GRPO_ALIASES = {"num_generations": "group_size", "epsilon": "clip_eps", "epsilon_high": "clip_eps_high",
+                "grad_penalty": "grad_penalty_lambda"}
+# Model constructor arguments that the task supplies, never the user.
+TASK_SUPPLIED = {"obs_dim", "n_actions", "vocab_size", "in_channels", "n_classes", "image_size", "out_dim"}
+
+
+@dataclass
+class Config:
+    model: Dict[str, Any] = field(default_factory=dict)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    task: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"model": dict(self.model), "training": asdict(self.training), "grpo": asdict(self.grpo),
+                "task": dict(self.task)}
+
+
+def _closest(key, valid):
+    m = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    return (" (did you mean '%s'?)" % m[0]) if m else ""
+
+
+def _coerce(section, key, value, typ):
+    """Check / convert one value against a dataclass field type; raise ConfigError naming the key."""
+    where = "%s.%s" % (section, key)
+    optional = typ in (Optional[float], Optional[int])
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError("%s must not be empty" % where)
+    base = {Optional[float]: float, Optional[int]: int}.get(typ, typ)
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError("%s must be true or false, got %r" % (where, value))
+    if base is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise ConfigError("%s must be an integer, got %r" % (where, value))
+        value = int(value)
+    elif base is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError("%s must be a number, got %r" % (where, value))
+        value = float(value)
+    elif base is str:
+        if not isinstance(value, str):
+            raise ConfigError("%s must be a string, got %r" % (where, value))
+    choices = CHOICES.get((section, key))
+    if choices and value not in choices:
+        raise ConfigError("%s must be one of %s, got %r%s" % (where, ", ".join(choices), value,
+                                                             _closest(str(value), choices)))
+    rng = RANGES.get((section, key))
+    if rng is not None:
+        lo, hi, lo_incl = rng
+        if (lo is not None and (value < lo if lo_incl else value <= lo)) or (hi is not None and value > hi):
+            span = "%s%s, %s]" % ("[" if lo_incl else "(", lo, hi if hi is not None else "inf")
+            raise ConfigError("%s must be in %s, got %r" % (where, span, value))
+    return value
+
+
+def _build_section(section, cls, values, aliases):
+    valid = {f.name: f.type for f in fields(cls)}
+    kwargs = {}
+    for key, value in (values or {}).items():
+        key = aliases.get(key, key)
+        if key not in valid:
+            raise ConfigError("unknown key %s.%s%s" % (section, key, _closest(key, valid)))
+        kwargs[key] = _coerce(section, key, value, valid[key])
+    return cls(**kwargs)
+
+
+def _check_model(model: dict) -> dict:
+    from grpo_edge.core.models import ARCHS
+    model = dict(model or {})
+    arch = model.get("arch")
+    if arch is None:
+        raise ConfigError("model.arch is missing (one of %s)" % ", ".join(sorted(ARCHS)))
+    if arch not in ARCHS:
+        raise ConfigError("model.arch must be one of %s, got %r%s"
+                          % (", ".join(sorted(ARCHS)), arch, _closest(str(arch), ARCHS)))
+    params = inspect.signature(ARCHS[arch].__init__).parameters
+    valid = {k: p.default for k, p in params.items() if k != "self" and k not in TASK_SUPPLIED}
+    out = {"arch": arch}
+    for key, value in model.items():
+        if key == "arch":
+            continue
+        key = MODEL_ALIASES.get(arch, {}).get(key, key)
+        if key in TASK_SUPPLIED:
+            raise ConfigError("model.%s is set by the task, not the config" % key)
+        if key not in valid:
+            raise ConfigError("unknown key model.%s for arch %s%s" % (key, arch, _closest(key, valid)))
+        default = valid[key]
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise ConfigError("model.%s must be true or false, got %r" % (key, value))
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError("model.%s must be a number, got %r" % (key, value))
+            if isinstance(default, int) and not isinstance(default, bool) and float(value) != int(value):
+                raise ConfigError("model.%s must be an integer, got %r" % (key, value))
+            if value < 0:
+                raise ConfigError("model.%s must be >= 0, got %r" % (key, value))
+            if key.endswith("dropout") and value >= 1:
+                raise ConfigError("model.%s must be in [0, 1), got %r" % (key, value))
+        out[key] = value
+    return out
+
+
+def _check_task(task: dict) -> dict:
+    from grpo_edge.tasks import TASKS, task_defaults
+    task = dict(task or {})
+    name = task.get("name")
+    if name is None:
+        raise ConfigError("task.name is missing (one of %s)" % ", ".join(sorted(TASKS)))
+    if name not in TASKS and ":" not in str(name):
+        raise ConfigError("task.name must be one of %s or 'module:Class', got %r%s"
+                          % (", ".join(sorted(TASKS)), name, _closest(str(name), TASKS)))
+    defaults = task_defaults(name)
+    if defaults is not None:
+        for key in task:
+            if key != "name" and key not in defaults:
+                raise ConfigError("unknown key task.%s for task %s%s" % (key, name, _closest(key, defaults)))
+    return task
+
+
+def _check_combinations(cfg: Config) -> None:
+    g, t = cfg.grpo, cfg.training
+    if g.clip_eps_high is not None and g.clip_eps_high < g.clip_eps:
+        raise ConfigError("grpo.clip_eps_high (%g) is below grpo.clip_eps (%g): clip-higher must widen the "
+                          "upper range" % (g.clip_eps_high, g.clip_eps))
+    samples = t.batch_size * g.group_size
+    if t.minibatch_size and samples % t.minibatch_size:
+        raise ConfigError("training.minibatch_size (%d) must divide batch_size * group_size (%d * %d = %d)"
+                          % (t.minibatch_size, t.batch_size, g.group_size, samples))
+    if t.minibatch_size and t.minibatch_size % g.group_size:
+        raise ConfigError("training.minibatch_size (%d) must be a multiple of grpo.group_size (%d) so whole "
+                          "groups stay together" % (t.minibatch_size, g.group_size))
+    if g.algo == "ppo" and g.grad_penalty_lambda > 0:
+        raise ConfigError("grpo.grad_penalty_lambda applies to algo grpo only (PPO mode has a critic loss)")
+    if g.loss_type == "dr_grpo" and g.scale_rewards == "group":
+        pass  # allowed, but Dr. GRPO recommends scale_rewards: none (documented, not rewritten)
+
+
+def parse_overrides(pairs) -> Dict[str, Dict[str, Any]]:
+    """['training.lr=1e-3', 'grpo.group_size=4'] -> nested dict, values parsed as YAML scalars."""
+    import yaml
+    out: Dict[str, Dict[str, Any]] = {}
+    for item in pairs or []:
+        if "=" not in item:
+            raise ConfigError("--set expects section.key=value, got %r" % item)
+        dotted, raw = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        if len(parts) != 2 or parts[0] not in SECTIONS:
+            raise ConfigError("--set key must be <section>.<key> with section one of %s, got %r"
+                              % (", ".join(SECTIONS), dotted))
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.setdefault(parts[0], {})[parts[1]] = value
+    return out
+
+
+def resolve_config_path(path) -> Path:
+    """Find a config file: as given, under configs/, or the seed's `config/NAME.yaml` spelling."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    here = Path(__file__).resolve().parent
+    candidates = [Path("configs") / p.name, here.parent / "configs" / p.name, here / "configs" / p.name]
+    if p.suffix == "":
+        candidates += [c.with_suffix(".yaml") for c in candidates]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise ConfigError("config file not found: %s (built-in recipes: %s)" % (path, ", ".join(builtin_recipes())))
+
+
+def builtin_recipes():
+    here = Path(__file__).resolve().parent
+    for d in (here.parent / "configs", here / "configs"):
+        if d.is_dir():
+            return sorted(p.name for p in d.glob("*.yaml"))
+    return []
+
+
+def load_config(path=None, overrides=None, data: Optional[dict] = None) -> Config:
+    """Resolve a config: defaults < YAML file (or `data`) < overrides (list of 'section.key=value')."""
+    import yaml
+    raw: Dict[str, Any] = {}
+    if path is not None:
+        p = resolve_config_path(path)
+        try:
+            raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = (" line %d" % (mark.line + 1)) if mark is not None else ""
+            raise ConfigError("%s%s is not valid YAML: %s" % (p, where, getattr(e, "problem", e)))
+        except UnicodeDecodeError:
+            raise ConfigError("%s is not UTF-8 text" % p)
+    if data:
+        raw = _merge(raw, data)
+    if not isinstance(raw, dict):
+        raise ConfigError("the config must be a mapping with sections %s" % ", ".join(SECTIONS))
+    for section in raw:
+        if section not in SECTIONS:
+            raise ConfigError("unknown config section '%s'%s (sections: %s)"
+                              % (section, _closest(str(section), SECTIONS), ", ".join(SECTIONS)))
+        if raw[section] is not None and not isinstance(raw[section], dict):
+            raise ConfigError("config section '%s' must be a mapping" % section)
+    raw = _merge(raw, parse_overrides(overrides))
+    task = _check_task(raw.get("task") or {"name": "cartpole"})
+    model = raw.get("model") or {}
+    if "arch" not in model:
+        from grpo_edge.tasks import default_arch
+        model = dict(model, arch=default_arch(task["name"]))
+    cfg = Config(
+        model=_check_model(model),
+        training=_build_section("training", TrainingConfig, raw.get("training"), TRAINING_ALIASES),
+        grpo=_build_section("grpo", GRPOConfig, raw.get("grpo"), GRPO_ALIASES),
+        task=task,
+    )
+    _check_combinations(cfg)
+    return cfg
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in (b or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out

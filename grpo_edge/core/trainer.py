@@ -1,0 +1,401 @@
+"""The GRPO trainer core: rollout -> group-relative advantages -> clipped loss -> optimizer step.
+
+Python 3.6 / torch 1.10 safe, imports torch and numpy only, so the same file trains on a Jetson Nano.
+Logging, progress bars, run folders and plots live outside the core (grpo_edge/trainer.py).
+
+One step, for a batch of B prompts / start states and G samples each (N = B * G):
+
+    rollout  = task.rollout(policy, B, G)                    # inference mode, old_logp (N, T)
+    adv      = group_advantages(rollout.rewards, G)          # (N,)   or (N, T) reward-to-go for control
+    for _ in range(num_iterations):                          # mu passes over the batch
+        for mb in minibatches(N):
+            logp, ent = task.logprobs(policy, mb)            # (n, T) with grad
+            loss = policy_loss(logp, old_logp, adv, mask)    # clipped ratio, optional KL, entropy
+                 + grad_penalty_lambda * (||dloss/dtheta|| - target)^2   (opt-in)
+            backward; every grad_accum_steps: clip grad norm, Adam step
+"""
+import copy
+import math
+import resource
+import sys
+import time
+
+import numpy as np
+import torch
+
+from grpo_edge.core import advantages as adv_lib
+from grpo_edge.core import losses
+from grpo_edge.core.checkpoint import rng_state, set_rng_state
+
+
+def resolve_device(name):
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
+    return torch.device(name)
+
+
+def peak_memory_mb(device):
+    """Peak memory of this process: CUDA allocator peak on GPU, else peak RSS (ru_maxrss)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2 ** 20 if sys.platform == "darwin" else rss / 1024.0
+
+
+def lr_lambda(schedule, warmup, total):
+    def f(step):
+        if warmup and step < warmup:
+            return float(step + 1) / float(warmup)
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, float(step - warmup) / float(max(1, total - warmup)))
+        if schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))      # cosine
+    return f
+
+
+class MLPCritic(torch.nn.Module):
+    """PPO's value function for vector observations: obs (B, obs_dim) -> value (B, 1)."""
+
+    def __init__(self, obs_dim, hidden=64):
+        super(MLPCritic, self).__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(obs_dim, hidden), torch.nn.Tanh(),
+                                       torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+                                       torch.nn.Linear(hidden, 1))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Trainer(object):
+    """GRPO (or PPO, for comparison) on one task.
+
+    model: a policy from grpo_edge.core.models; task: a grpo_edge.tasks Task;
+    config: the resolved config as a nested dict with sections model / training / grpo / task.
+    """
+
+    def __init__(self, model, task, config, device=None):
+        self.cfg = config
+        self.t = config["training"]
+        self.g = config["grpo"]
+        self.task = task
+        self.device = resolve_device(device or self.t.get("device", "auto"))
+        self.policy = model.to(self.device)
+        self.step = 0
+        self.best_metric = None
+        self.last_eval = {}
+        self.warm_started = False
+        self.env_steps = 0
+        self.samples = 0
+        torch.manual_seed(int(self.t.get("seed", 0)))
+        np.random.seed(int(self.t.get("seed", 0)))
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(int(self.t.get("seed", 0)))
+        if self.t.get("gradient_checkpointing", 0) and hasattr(model, "set_gradient_checkpointing"):
+            model.set_gradient_checkpointing(int(self.t["gradient_checkpointing"]))
+
+        scale = 1.0
+        if self.t.get("lr_scaling", "sqrt") == "sqrt":
+            scale = math.sqrt(float(self.t["batch_size"]) / float(self.t.get("base_batch_size", 32)))
+        self.lr = float(self.t["lr"]) * scale
+        self.critic = None
+        params = list(self.policy.parameters())
+        if self.g.get("algo", "grpo") == "ppo":
+            self.critic = self._build_critic().to(self.device)
+            params = params + list(self.critic.parameters())
+        self.optimizer = self._adam(params, self.lr)
+        steps_total = int(self.t["steps"]) * max(1, self._optimizer_steps_per_update())
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(self.t.get("lr_schedule", "constant"), int(self.t.get("warmup_steps", 0)),
+                                      steps_total))
+        self.ref_policy = None
+        if float(self.g.get("beta", 0.0)) > 0.0:
+            self.ref_policy = copy.deepcopy(self.policy).eval()
+            for p in self.ref_policy.parameters():
+                p.requires_grad_(False)
+        self.amp = bool(self.t.get("amp", False))
+        self.scaler = None
+        if self.amp and self.device.type == "cuda":
+            self.scaler = torch.cuda.amp.GradScaler()
+
+    # ------------------------------------------------------------------ set-up helpers
+    def _adam(self, params, lr):
+        betas = (float(self.t.get("adam_beta1", 0.9)), float(self.t.get("adam_beta2", 0.99)))
+        wd = float(self.t.get("weight_decay", 0.0))
+        eps = float(self.t.get("adam_eps", 1e-8))
+        if wd > 0:
+            return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
+        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+
+    def _build_critic(self):
+        if self.task.kind == "control":
+            return MLPCritic(self.task.model_kwargs()["obs_dim"], int(self.g.get("critic_hidden", 64)))
+        # Other tasks: a copy of the policy's architecture with a scalar head.
+        from grpo_edge.core.models import build_model
+        kw = dict(self.policy.config())
+        kw["out_dim"] = 1
+        return build_model(self.policy.arch, **kw)
+
+    def _samples_per_update(self):
+        return int(self.t["batch_size"]) * int(self.g["group_size"])
+
+    def _minibatch(self):
+        mb = int(self.t.get("minibatch_size", 0))
+        return mb if mb > 0 else self._samples_per_update()
+
+    def _optimizer_steps_per_update(self):
+        n_mb = max(1, self._samples_per_update() // self._minibatch())
+        return int(self.g.get("num_iterations", 1)) * max(1, n_mb // int(self.t.get("grad_accum_steps", 1)))
+
+    def _autocast(self):
+        if not self.amp:
+            return _NullContext()
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16)
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    # ------------------------------------------------------------------ advantages
+    def compute_advantages(self, ro):
+        """Fill ro.advantages ((N,) or (N, T)) and, in PPO mode, ro.returns / ro.values."""
+        g = self.g
+        G = ro.group_size
+        if g.get("algo", "grpo") == "ppo":
+            if not hasattr(self.task, "values"):
+                raise ValueError("PPO mode needs a task with values(); %s has none" % self.task.name)
+            with torch.no_grad():
+                values = self.task.values(self.critic, ro).float()
+            step_rewards = ro.step_rewards
+            if step_rewards is None:          # one reward at the last real step of each sample
+                step_rewards = torch.zeros_like(ro.mask)
+                last = (ro.mask.sum(1).long() - 1).clamp(min=0)
+                step_rewards[torch.arange(len(ro)), last] = ro.rewards
+            adv, ret = adv_lib.gae(step_rewards, values, ro.mask, float(g.get("gamma", 0.99)),
+                                   float(g.get("gae_lambda", 0.95)))
+            n_tok = ro.mask.sum().clamp(min=1.0)
+            mean = (adv * ro.mask).sum() / n_tok
+            std = (((adv - mean) ** 2) * ro.mask).sum().div(n_tok).sqrt()
+            ro.advantages = (adv - mean) / (std + 1e-8) * ro.mask
+            ro.returns, ro.values = ret, values
+            return
+        mode = g.get("advantage", "auto")
+        if mode == "auto":
+            mode = "reward_to_go" if ro.step_rewards is not None else "sequence"
+        if mode == "reward_to_go":
+            if ro.step_rewards is None:
+                raise ValueError("advantage 'reward_to_go' needs per-step rewards; task %s gives one "
+                                 "reward per sample (use 'sequence')" % self.task.name)
+            ro.advantages = adv_lib.reward_to_go_advantages(ro.step_rewards, ro.mask, G, float(g.get("gamma", 0.99)),
+                                                            g.get("scale_rewards", "group"))
+        else:
+            ro.advantages = adv_lib.group_advantages(ro.rewards, G, g.get("scale_rewards", "group"))
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self):
+        """One rollout batch and its updates. Returns a dict of metrics (floats)."""
+        t0 = time.time()
+        G = int(self.g["group_size"])
+        self.policy.eval()       # sample without dropout: old_logp then matches the deterministic policy
+        ro = self.task.rollout(self.policy, int(self.t["batch_size"]), G, self.generator)
+        ro.to(self.device)
+        t_rollout = time.time() - t0
+        metrics = {"reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std())}
+        for name, v in ro.reward_parts.items():
+            metrics["reward/%s" % name] = float(v.float().mean())
+        metrics["frac_zero_std"] = adv_lib.frac_zero_std(ro.rewards, G)
+        self.compute_advantages(ro)
+
+        keep = torch.arange(len(ro), device=ro.rewards.device)
+        if self.g.get("filter_zero_std", False) and self.g.get("algo", "grpo") == "grpo":
+            keep = adv_lib.nonzero_std_groups(ro.rewards, G)
+        loss_mask = ro.mask.clone()
+        if self.g.get("mask_truncated", False):
+            loss_mask = loss_mask * (~ro.truncated).float().unsqueeze(1)
+        ro.mask_loss = loss_mask
+        if self.ref_policy is not None:
+            with torch.no_grad():
+                ro.ref_logp, _ = self.task.logprobs(self.ref_policy, ro)
+
+        stats = self._update(ro, keep) if len(keep) > 0 else {"skipped": 1.0}
+        metrics.update(stats)
+        self.step += 1
+        self.env_steps += ro.num_env_steps
+        self.samples += len(ro)
+        dt = time.time() - t0
+        metrics.update({
+            "step": self.step, "env_steps": self.env_steps, "samples": self.samples,
+            "step_time": dt, "rollout_time": t_rollout, "steps_per_s": 1.0 / max(dt, 1e-9),
+            "samples_per_s": len(ro) / max(dt, 1e-9), "lr": self.scheduler.get_last_lr()[0],
+            "peak_memory_mb": peak_memory_mb(self.device),
+            "completion_len": float(ro.mask.sum(1).mean()),
+        })
+        return metrics
+
+    def _update(self, ro, keep):
+        g, t = self.g, self.t
+        self.policy.train()
+        mb_size = min(self._minibatch(), len(keep))
+        accum = int(t.get("grad_accum_steps", 1))
+        lam = float(g.get("grad_penalty_lambda", 0.0))
+        num_tokens_total = float(ro.mask_loss[keep].sum())
+        max_len = ro.mask.shape[1]
+        agg = {}
+        n_mb = 0
+        self.optimizer.zero_grad()
+        for _ in range(int(g.get("num_iterations", 1))):
+            order = keep[torch.randperm(len(keep), generator=self.generator).to(keep.device)]
+            for start in range(0, len(order), mb_size):
+                idx = order[start:start + mb_size]
+                mb = ro.select(idx)
+                with self._autocast():
+                    logp, ent = self.task.logprobs(self.policy, mb)
+                logp, ent = logp.float(), ent.float()
+                mask = mb.mask_loss if hasattr(mb, "mask_loss") else ro.mask_loss[idx]
+                # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
+                loss, st = losses.policy_loss(
+                    logp, mb.old_logp, mb.advantages, mask, loss_type=g.get("loss_type", "grpo"),
+                    clip_eps=float(g.get("clip_eps", 0.2)), clip_eps_high=g.get("clip_eps_high"),
+                    importance_level=g.get("importance_level", "token"),
+                    ref_logp=getattr(mb, "ref_logp", None), beta=float(g.get("beta", 0.0)),
+                    kl_estimator=g.get("kl_estimator", "k3"), entropy=ent,
+                    entropy_coef=float(g.get("entropy_coef", 0.0)), max_len=max_len,
+                    num_tokens_total=num_tokens_total * len(idx) / max(1, len(keep)))
+                if self.critic is not None:
+                    values = self.task.values(self.critic, mb).float()
+                    vl = losses.value_loss(values, mb.returns, mask)
+                    loss = loss + float(g.get("vf_coef", 0.5)) * vl
+                    st["value_loss"] = float(vl.detach())
+                if lam > 0.0:
+                    pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
+                                                             float(g.get("target_grad_norm", 0.0)))
+                    loss = loss + pen
+                    st["grad_penalty"] = float(pen.detach())
+                    st["policy_grad_norm"] = gnorm_pre
+                st["loss"] = float(loss.detach())
+                scaled = loss / accum
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+                n_mb += 1
+                for k, v in st.items():
+                    agg[k] = agg.get(k, 0.0) + v
+                if n_mb % accum == 0:
+                    agg["grad_norm"] = agg.get("grad_norm", 0.0) + self._optimizer_step()
+        if n_mb % accum != 0:                     # leftover accumulated gradient
+            agg["grad_norm"] = agg.get("grad_norm", 0.0) + self._optimizer_step()
+        n_opt = max(1, int(math.ceil(n_mb / float(accum))))
+        out = dict((k, v / (n_opt if k == "grad_norm" else max(1, n_mb))) for k, v in agg.items())
+        out["optimizer_steps"] = float(n_opt)
+        return out
+
+    def _optimizer_step(self):
+        clip = float(self.t.get("grad_norm_clip", 1.0))
+        params = [p for grp in self.optimizer.param_groups for p in grp["params"] if p.grad is not None]
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad()
+        return float(norm)
+
+    # ------------------------------------------------------------------ supervised warm start
+    def warm_start(self, epochs=None, lr=None, on_epoch=None):
+        """Text tasks: supervised epochs on the reference answers before GRPO. Returns per-epoch losses."""
+        epochs = int(self.t.get("warm_start_epochs", 0) if epochs is None else epochs)
+        if epochs <= 0 or self.warm_started:
+            return []
+        if self.task.warm_start_batches(int(self.t["batch_size"]), self.generator) is None:
+            return []
+        opt = self._adam(self.policy.parameters(), float(lr or self.t.get("warm_start_lr", 1e-3)))
+        out = []
+        self.policy.train()
+        for epoch in range(epochs):
+            total, n = 0.0, 0
+            for batch in self.task.warm_start_batches(int(self.t["batch_size"]), self.generator):
+                with self._autocast():
+                    loss = self.task.supervised_loss(self.policy, batch)
+                opt.zero_grad()
+                loss.float().backward()
+                clip = float(self.t.get("grad_norm_clip", 1.0))
+                if clip > 0:
+                    torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
+                opt.step()
+                total += float(loss.detach())
+                n += 1
+            out.append(total / max(1, n))
+            if on_epoch is not None:
+                on_epoch(epoch, out[-1])
+        self.warm_started = True
+        if self.ref_policy is not None:          # the KL anchor is the warm-started policy
+            self.ref_policy.load_state_dict(self.policy.state_dict())
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, n=0):
+        n = n or int(self.t.get("eval_n", 0))
+        res = self.task.evaluate(self.policy, "test", n)
+        self.last_eval = res
+        return res
+
+    def is_better(self, metric):
+        if self.best_metric is None:
+            return True
+        if getattr(self.task, "higher_is_better", True):
+            return metric > self.best_metric
+        return metric < self.best_metric
+
+    # ------------------------------------------------------------------ checkpoint state
+    def state_dict(self):
+        """Everything needed to rebuild the policy alone (deploy) or to resume exactly (training)."""
+        state = {
+            "arch": self.policy.arch, "model_config": self.policy.config(), "task": self.task.name,
+            "task_meta": self.task.checkpoint_meta(), "config": self.cfg,
+            "model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "step": self.step, "env_steps": self.env_steps,
+            "samples": self.samples, "warm_started": self.warm_started,
+            "best_metric": self.best_metric, "metrics": dict((k, v) for k, v in self.last_eval.items()
+                                                             if isinstance(v, (int, float))),
+            "rng": rng_state(), "generator": self.generator.get_state(), "task_state": self.task.get_state(),
+        }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        if self.ref_policy is not None:
+            state["ref_model"] = self.ref_policy.state_dict()
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        self.policy.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        self.env_steps = int(state.get("env_steps", 0))
+        self.samples = int(state.get("samples", 0))
+        self.warm_started = bool(state.get("warm_started", False))
+        self.best_metric = state.get("best_metric")
+        set_rng_state(state["rng"])
+        self.generator.set_state(state["generator"])
+        self.task.set_state(state.get("task_state", {}))
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+        if self.ref_policy is not None and "ref_model" in state:
+            self.ref_policy.load_state_dict(state["ref_model"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+class _NullContext(object):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
