@@ -1,0 +1,167 @@
+"""Building blocks shared by the transformer models (Python 3.6 / torch 1.10 safe).
+
+Attention is written out by hand (matmul + softmax) instead of nn.MultiheadAttention or
+F.scaled_dot_product_attention: it exports to plain ONNX MatMul/Softmax on every opset, works on
+torch 1.10 (Jetson Nano), takes an explicit KV cache, and lets attn_dropout apply in one obvious place.
+"""
+import inspect
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils import checkpoint as _ckpt
+
+# Additive mask value. Finite (not -inf) so that a row whose keys are all masked (an all-pad source)
+# gives a uniform softmax instead of NaN, and small enough to stay finite in fp16 (TensorRT on Jetson).
+MASK_VALUE = -1e4
+
+# torch >= 1.11 takes use_reentrant (and newer versions warn or fail without it); 1.10 rejects it.
+_CKPT_KWARGS = {"use_reentrant": False} if "use_reentrant" in inspect.signature(_ckpt.checkpoint).parameters else {}
+
+
+def run_checkpointed(fn, *args):
+    """fn(*args) with activations recomputed in backward; RNG state is replayed, so dropout masks match."""
+    return _ckpt.checkpoint(fn, *args, **_CKPT_KWARGS)
+
+
+def split_heads(x, n_head):
+    """(B, T, D) -> (B, H, T, D/H)."""
+    b, t, d = x.shape
+    return x.view(b, t, n_head, d // n_head).transpose(1, 2)
+
+
+def merge_heads(x):
+    """(B, H, T, hd) -> (B, T, H*hd)."""
+    b, h, t, hd = x.shape
+    return x.transpose(1, 2).contiguous().view(b, t, h * hd)
+
+
+class Attention(nn.Module):
+    """Multi-head attention with optional cross-source, additive mask and KV cache.
+
+    forward(x, source=None, bias=None, past_k=None, past_v=None):
+      x       (B, Tq, D) queries (and keys/values when source is None: self-attention)
+      source  (B, Tk, D) keys/values for cross-attention
+      bias    additive mask broadcastable to (B, H, Tq, Tk_total), MASK_VALUE where not allowed
+      past_k, past_v (B, H, T_past, hd) cached keys/values, prepended to the new ones
+    returns (y (B, Tq, D), k (B, H, Tk_total, hd), v (B, H, Tk_total, hd)) so callers can cache k, v.
+    """
+
+    def __init__(self, d_model, n_head, attn_dropout=0.0, hidden_dropout=0.0):
+        super(Attention, self).__init__()
+        if d_model % n_head != 0:
+            raise ValueError("d_model=%d is not divisible by n_head=%d" % (d_model, n_head))
+        self.n_head = n_head
+        self.scale = 1.0 / math.sqrt(d_model // n_head)
+        self.q = nn.Linear(d_model, d_model)
+        self.k = nn.Linear(d_model, d_model)
+        self.v = nn.Linear(d_model, d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.attn_drop = nn.Dropout(attn_dropout)
+        self.resid_drop = nn.Dropout(hidden_dropout)
+
+    def forward(self, x, source=None, bias=None, past_k=None, past_v=None):
+        src = x if source is None else source
+        q = split_heads(self.q(x), self.n_head)              # (B, H, Tq, hd)
+        k = split_heads(self.k(src), self.n_head)            # (B, H, Tk, hd)
+        v = split_heads(self.v(src), self.n_head)
+        if past_k is not None:
+            k = torch.cat([past_k, k], dim=2)                # (B, H, T_past + Tk, hd)
+            v = torch.cat([past_v, v], dim=2)
+        att = torch.matmul(q, k.transpose(-2, -1)) * self.scale   # (B, H, Tq, Tk_total)
+        if bias is not None:
+            att = att + bias
+        att = self.attn_drop(F.softmax(att, dim=-1))
+        y = merge_heads(torch.matmul(att, v))                # (B, Tq, D)
+        return self.resid_drop(self.proj(y)), k, v
+
+
+class FeedForward(nn.Module):
+    """Linear -> activation -> Linear -> dropout, (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, d_model, d_hidden, activation="gelu", hidden_dropout=0.0):
+        super(FeedForward, self).__init__()
+        if activation not in ("gelu", "relu"):
+            raise ValueError("activation must be 'gelu' or 'relu', got %r" % (activation,))
+        self.fc = nn.Linear(d_model, d_hidden)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.out = nn.Linear(d_hidden, d_model)
+        self.drop = nn.Dropout(hidden_dropout)
+
+    def forward(self, x):
+        return self.drop(self.out(self.act(self.fc(x))))
+
+
+def causal_bias(max_len):
+    """(1, 1, max_len, max_len) additive mask: 0 on and below the diagonal, MASK_VALUE above."""
+    allowed = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+    bias = torch.zeros(max_len, max_len).masked_fill(~allowed, MASK_VALUE)
+    return bias.view(1, 1, max_len, max_len)
+
+
+def padding_bias(tokens, pad_id):
+    """(B, S) ids -> (B, 1, 1, S) additive mask hiding pad keys."""
+    return (tokens == pad_id).to(torch.float32).unsqueeze(1).unsqueeze(2) * MASK_VALUE
+
+
+def logprobs_and_entropy(logits, tokens, temperature=1.0):
+    """logits (B, T, V), tokens (B, T) -> (logp (B, T), entropy (B, T)) of softmax(logits / temperature)."""
+    logp_all = F.log_softmax(logits / temperature, dim=-1)                # (B, T, V)
+    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)          # (B, T)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)                        # (B, T)
+    return logp, entropy
+
+
+def sample_next(logits, temperature, greedy, generator):
+    """logits (B, V) -> (token (B,) long, logp (B,) of that token under softmax(logits / temperature))."""
+    logp_all = F.log_softmax(logits / temperature, dim=-1)                # (B, V)
+    if greedy:
+        tok = logp_all.argmax(-1)
+    else:
+        tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+    return tok, logp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+
+
+class CompletionBuffer(object):
+    """Collects sampled tokens and applies the EOS / mask contract shared by the generation models.
+
+    A row's EOS token keeps mask 1; every later position becomes pad_id with logp 0 and mask 0.
+    """
+
+    def __init__(self, batch_size, eos_id, pad_id, device):
+        self.eos_id, self.pad_id = eos_id, pad_id
+        self.finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
+        self.tokens, self.logps, self.masks = [], [], []
+
+    def add(self, tok, logp):
+        """tok, logp (B,): record one step; returns tok with finished rows replaced by pad_id."""
+        done = self.finished
+        tok = tok.masked_fill(done, self.pad_id)
+        self.tokens.append(tok)
+        self.logps.append(logp.masked_fill(done, 0.0))
+        self.masks.append((~done).to(torch.float32))
+        self.finished = done | (tok == self.eos_id)
+        return tok
+
+    def all_done(self):
+        return bool(self.finished.all())
+
+    def result(self):
+        """(tokens (B, Tn) long, logp (B, Tn) float, mask (B, Tn) float)."""
+        return torch.stack(self.tokens, 1), torch.stack(self.logps, 1), torch.stack(self.masks, 1)
+
+
+def init_transformer_weights(module, n_residual_layers):
+    """GPT-2 style init: N(0, 0.02) for Linear/Embedding, residual output projections scaled down
+    by sqrt(2 * n_residual_layers) so the residual stream variance does not grow with depth."""
+    for name, m in module.named_modules():
+        if isinstance(m, nn.Linear):
+            std = 0.02
+            if name.endswith(".proj") or name.endswith(".out"):
+                std = 0.02 / math.sqrt(2 * n_residual_layers)
+            nn.init.normal_(m.weight, 0.0, std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)

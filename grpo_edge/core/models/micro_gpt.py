@@ -1,0 +1,195 @@
+"""MicroGPT: a small decoder-only, pre-LN GPT with a KV cache (Python 3.6 / torch 1.10 safe).
+
+Shapes: idx (B, T) long -> logits (B, T, V). Defaults (d_model 232, 6 layers, 8 heads, max_len 128)
+give about 3.9M parameters with a ~20-token character vocabulary.
+
+Prompts are left-padded with pad_id by the tasks and the pad tokens are attended like any other
+token (no attention mask besides causality): generation and teacher forcing then see exactly the same
+inputs, which keeps `generate` logp == `sequence_logprobs` logp without extra bookkeeping.
+"""
+import torch
+import torch.nn as nn
+
+from ._layers import (Attention, CompletionBuffer, FeedForward, causal_bias, init_transformer_weights,
+                      logprobs_and_entropy, run_checkpointed, sample_next)
+from .spec import ExportSpec
+
+
+class GPTBlock(nn.Module):
+    """Pre-LN block: x + attn(ln(x)), then x + mlp(ln(x)). (B, T, D) -> (B, T, D) plus new k, v."""
+
+    def __init__(self, d_model, n_head, hidden_dropout, attn_dropout):
+        super(GPTBlock, self).__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = Attention(d_model, n_head, attn_dropout, hidden_dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = FeedForward(d_model, 4 * d_model, "gelu", hidden_dropout)
+
+    def forward(self, x, bias=None, past_k=None, past_v=None):
+        a, k, v = self.attn(self.ln1(x), bias=bias, past_k=past_k, past_v=past_v)
+        x = x + a
+        x = x + self.mlp(self.ln2(x))
+        return x, k, v
+
+
+class MicroGPT(nn.Module):
+    """Decoder-only GPT policy for text tasks.
+
+    forward(idx (B, T) long) -> logits (B, T, out_dim or vocab_size)
+    The output head is tied to the token embedding when out_dim is None (a language-model policy);
+    with out_dim set (e.g. 1 for a value head) it is a separate Linear(d_model, out_dim).
+    """
+
+    arch = "micro-gpt"
+
+    def __init__(self, vocab_size, d_model=232, n_layer=6, n_head=8, max_len=128, hidden_dropout=0.0,
+                 attn_dropout=0.0, out_dim=None):
+        super(MicroGPT, self).__init__()
+        self.vocab_size, self.d_model, self.n_layer, self.n_head = vocab_size, d_model, n_layer, n_head
+        self.max_len, self.out_dim = max_len, out_dim
+        self.hidden_dropout, self.attn_dropout = hidden_dropout, attn_dropout
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(max_len, d_model)
+        self.drop = nn.Dropout(hidden_dropout)
+        self.blocks = nn.ModuleList([GPTBlock(d_model, n_head, hidden_dropout, attn_dropout)
+                                     for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size if out_dim is None else out_dim, bias=False)
+        init_transformer_weights(self, n_layer)
+        if out_dim is None:
+            self.head.weight = self.tok_emb.weight      # tied input/output embedding
+        # Not persistent: derived from max_len, so it stays out of the state dict.
+        self.register_buffer("causal", causal_bias(max_len), persistent=False)   # (1, 1, L, L)
+        self.checkpoint_interval = 0
+
+    def config(self):
+        """Constructor kwargs as plain Python values: build_model(self.arch, **self.config()) rebuilds it."""
+        return {"vocab_size": int(self.vocab_size), "d_model": int(self.d_model), "n_layer": int(self.n_layer),
+                "n_head": int(self.n_head), "max_len": int(self.max_len),
+                "hidden_dropout": float(self.hidden_dropout), "attn_dropout": float(self.attn_dropout),
+                "out_dim": None if self.out_dim is None else int(self.out_dim)}
+
+    def set_gradient_checkpointing(self, interval=2):
+        """Recompute every `interval`-th block's activations in backward (0 = off). Gradients are unchanged."""
+        if interval < 0:
+            raise ValueError("checkpoint interval must be >= 0, got %d" % interval)
+        self.checkpoint_interval = int(interval)
+
+    def _check_len(self, t):
+        if t > self.max_len:
+            raise ValueError("sequence of %d tokens is longer than max_len=%d" % (t, self.max_len))
+
+    def forward(self, idx):
+        """idx (B, T) long -> logits (B, T, out_dim or vocab_size); causal, no padding mask."""
+        t = idx.shape[1]
+        self._check_len(t)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb.weight[:t])      # (B, T, D)
+        bias = self.causal[:, :, :t, :t]                                 # (1, 1, T, T)
+        use_ckpt = self.checkpoint_interval > 0 and self.training and torch.is_grad_enabled()
+        for i, block in enumerate(self.blocks):
+            if use_ckpt and i % self.checkpoint_interval == 0:
+                x = run_checkpointed(lambda h, b, blk=block: blk(h, bias=b)[0], x, bias)
+            else:
+                x = block(x, bias=bias)[0]
+        return self.head(self.ln_f(x))                                   # (B, T, V)
+
+    def empty_cache(self, batch_size, device=None):
+        """Zero-length KV cache: two (n_layer, B, H, 0, head_dim) tensors."""
+        shape = (self.n_layer, batch_size, self.n_head, 0, self.d_model // self.n_head)
+        z = torch.zeros(shape, device=device if device is not None else self.tok_emb.weight.device)
+        return z, z.clone()
+
+    def forward_step(self, idx, past_keys, past_values, position=None):
+        """Run new tokens on top of a KV cache.
+
+        idx                      (B, Tn) long, the new tokens (Tn = 1 when decoding, the prompt when prefilling)
+        past_keys, past_values   (n_layer, B, H, T_past, head_dim)
+        position                 (B, Tn) long absolute positions; default T_past + arange(Tn)
+        returns (logits (B, Tn, V), present_keys, present_values (n_layer, B, H, T_past + Tn, head_dim))
+        """
+        t_past, t_new = past_keys.shape[3], idx.shape[1]
+        if position is None:
+            position = torch.arange(t_past, t_past + t_new, device=idx.device).unsqueeze(0).expand_as(idx)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(position))       # (B, Tn, D)
+        # One new token may attend to the whole cache, so no mask is needed (and the exported
+        # decode step has none); several new tokens need the causal rows of their positions.
+        bias = None if t_new == 1 else self.causal[:, :, t_past:t_past + t_new, :t_past + t_new]
+        keys, values = [], []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block(x, bias=bias, past_k=past_keys[i], past_v=past_values[i])
+            keys.append(k)                                               # (B, H, T_past + Tn, hd)
+            values.append(v)
+        logits = self.head(self.ln_f(x))                                 # (B, Tn, V)
+        return logits, torch.stack(keys, 0), torch.stack(values, 0)
+
+    def generate(self, prompt, max_new_tokens, temperature=1.0, greedy=False, generator=None, eos_id=2,
+                 pad_id=0):
+        """Sample completions with the KV cache (no grad; dropout follows the module's train/eval mode).
+
+        prompt (B, Tp) long, left-padded with pad_id.
+        Returns tokens (B, Tn) long, logp (B, Tn) float (log-softmax(logits / temperature) of the chosen
+        token, also when greedy), mask (B, Tn) float; Tn <= max_new_tokens, shorter when every row hit
+        EOS. A row's EOS has mask 1; after it come pad_id tokens with logp 0 and mask 0.
+        """
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        # The last sampled token is never fed back, so the model sees Tp + max_new_tokens - 1 positions.
+        self._check_len(prompt.shape[1] + max_new_tokens - 1)
+        with torch.no_grad():
+            pk, pv = self.empty_cache(prompt.shape[0], prompt.device)
+            logits, pk, pv = self.forward_step(prompt, pk, pv)            # prefill, (B, Tp, V)
+            out = CompletionBuffer(prompt.shape[0], eos_id, pad_id, prompt.device)
+            for step in range(max_new_tokens):
+                tok, logp = sample_next(logits[:, -1], temperature, greedy, generator)
+                tok = out.add(tok, logp)
+                if out.all_done() or step == max_new_tokens - 1:
+                    break
+                logits, pk, pv = self.forward_step(tok.unsqueeze(1), pk, pv)   # (B, 1, V)
+            return out.result()
+
+    def sequence_logprobs(self, prompt, tokens, temperature=1.0):
+        """Teacher-forced (logp (B, Tn), entropy (B, Tn)) of `tokens` (B, Tn) after `prompt` (B, Tp), with grad.
+
+        Same numbers as `generate` returns for the tokens it sampled (positions after EOS are
+        meaningless and must be masked by the caller).
+        """
+        tp = prompt.shape[1]
+        idx = torch.cat([prompt, tokens[:, :-1]], dim=1)                 # (B, Tp + Tn - 1)
+        logits = self.forward(idx)[:, tp - 1:]                           # (B, Tn, V), position i predicts i+1
+        return logprobs_and_entropy(logits, tokens, temperature)
+
+    def export_spec(self, batch_size=1, past_len=4):
+        """The single-token decode step with the KV cache as explicit inputs and outputs.
+
+        inputs:  idx (B, 1) long, past_keys / past_values (n_layer, B, H, T_past, head_dim) float,
+                 position (B, 1) long (= T_past for every row)
+        outputs: logits (B, 1, V), present_keys / present_values (n_layer, B, H, T_past + 1, head_dim)
+        Batch and past length are dynamic. A runtime prefills by feeding the prompt one token at a
+        time, starting from a zero-length cache.
+        """
+        hd = self.d_model // self.n_head
+        device = self.tok_emb.weight.device
+        cache_shape = (self.n_layer, batch_size, self.n_head, past_len, hd)
+        inputs = (torch.randint(0, self.vocab_size, (batch_size, 1), device=device),
+                  torch.randn(cache_shape, device=device), torch.randn(cache_shape, device=device),
+                  torch.full((batch_size, 1), past_len, dtype=torch.long, device=device))
+        past_axes = {1: "batch", 3: "past_len"}
+        return ExportSpec(
+            module=_DecodeStep(self), example_inputs=inputs,
+            input_names=["idx", "past_keys", "past_values", "position"],
+            output_names=["logits", "present_keys", "present_values"],
+            dynamic_axes={"idx": {0: "batch"}, "position": {0: "batch"}, "logits": {0: "batch"},
+                          "past_keys": past_axes, "past_values": past_axes,
+                          "present_keys": {1: "batch", 3: "present_len"},
+                          "present_values": {1: "batch", 3: "present_len"}})
+
+
+class _DecodeStep(nn.Module):
+    """Tensor-in/tensor-out wrapper around MicroGPT.forward_step for torch.onnx.export."""
+
+    def __init__(self, model):
+        super(_DecodeStep, self).__init__()
+        self.model = model
+
+    def forward(self, idx, past_keys, past_values, position):
+        return self.model.forward_step(idx, past_keys, past_values, position)

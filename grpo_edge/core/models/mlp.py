@@ -1,0 +1,70 @@
+"""MLPPolicy: the 3-layer MLP policy for control tasks (Python 3.6 / torch 1.10 safe).
+
+Shapes: obs (B, obs_dim) float -> logits (B, n_actions), or (B, out_dim) when out_dim is set
+(out_dim=1 builds a critic). The exported graph is only Gemm + Tanh/Relu, which is what the ESP32
+code generator consumes (relu is its best-supported activation; tanh is the training default for control).
+"""
+import math
+
+import torch
+import torch.nn as nn
+
+from .spec import ExportSpec
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class MLPPolicy(nn.Module):
+    """`num_layers` Linear layers in total: obs_dim -> hidden -> ... -> hidden -> n_actions.
+
+    forward(obs (B, obs_dim)) -> logits (B, n_actions or out_dim)
+    hidden_dropout is applied after each hidden activation (training mode only).
+    Init follows the usual on-policy recipe (orthogonal, gain sqrt(2) for hidden layers); the last
+    layer of a policy uses gain 0.01 so the initial action distribution is close to uniform, a critic
+    (out_dim set) uses gain 1.
+    """
+
+    arch = "mlp"
+
+    def __init__(self, obs_dim, n_actions, hidden=64, num_layers=3, activation="tanh", hidden_dropout=0.0,
+                 out_dim=None):
+        super(MLPPolicy, self).__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError("activation must be one of %s, got %r" % (sorted(_ACTIVATIONS), activation))
+        if num_layers < 1:
+            raise ValueError("num_layers must be >= 1, got %d" % num_layers)
+        self.obs_dim, self.n_actions, self.hidden, self.num_layers = obs_dim, n_actions, hidden, num_layers
+        self.activation, self.hidden_dropout, self.out_dim = activation, hidden_dropout, out_dim
+        final = n_actions if out_dim is None else out_dim
+        sizes = [obs_dim] + [hidden] * (num_layers - 1) + [final]
+        layers = []
+        for i in range(num_layers):
+            lin = nn.Linear(sizes[i], sizes[i + 1])
+            last = i == num_layers - 1
+            gain = (0.01 if out_dim is None else 1.0) if last else math.sqrt(2.0)
+            nn.init.orthogonal_(lin.weight, gain)
+            nn.init.zeros_(lin.bias)
+            layers.append(lin)
+            if not last:
+                layers.append(_ACTIVATIONS[activation]())
+                if hidden_dropout > 0:
+                    # Only present when used, so the default export has no Dropout node at all.
+                    layers.append(nn.Dropout(hidden_dropout))
+        self.net = nn.Sequential(*layers)
+
+    def config(self):
+        """Constructor kwargs as plain Python values: build_model(self.arch, **self.config()) rebuilds it."""
+        return {"obs_dim": int(self.obs_dim), "n_actions": int(self.n_actions), "hidden": int(self.hidden),
+                "num_layers": int(self.num_layers), "activation": str(self.activation),
+                "hidden_dropout": float(self.hidden_dropout),
+                "out_dim": None if self.out_dim is None else int(self.out_dim)}
+
+    def forward(self, obs):
+        """obs (B, obs_dim) -> logits (B, n_actions or out_dim)."""
+        return self.net(obs)
+
+    def export_spec(self, batch_size=1):
+        """obs (B, obs_dim) float -> logits (B, n_actions); batch is dynamic."""
+        obs = torch.randn(batch_size, self.obs_dim, device=self.net[0].weight.device)
+        return ExportSpec(module=self, example_inputs=(obs,), input_names=["obs"], output_names=["logits"],
+                          dynamic_axes={"obs": {0: "batch"}, "logits": {0: "batch"}})
