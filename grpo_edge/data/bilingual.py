@@ -25,6 +25,7 @@ from grpo_edge.errors import ConfigError, GrpoEdgeError
 
 Pair = Tuple[str, str]
 _EXTS = (".tsv", ".txt", ".jsonl", ".json")
+BUILTIN_MAX_NUMBER = 999999      # the built-in pairs are all enumerated: 1M pairs at most
 
 
 def has_cjk(text: str) -> bool:
@@ -104,7 +105,8 @@ def read_pairs(path: str, src_lang: str = "zh", tgt_lang: str = "en") -> List[Pa
 def split_pairs(pairs: List[Pair], test_fraction: float, seed: int) -> Tuple[List[Pair], List[Pair]]:
     """Deterministic disjoint split: a seeded shuffle, then the first round(test_fraction * n) are test.
 
-    Duplicated pairs are removed first so that no held-out pair also appears in train.
+    Duplicated pairs are removed first so that no held-out pair also appears in train. Both lists keep
+    the shuffled order, so any prefix (e.g. an evaluation subset) is a uniform sample.
     """
     unique = list(dict.fromkeys(pairs))
     order = list(range(len(unique)))
@@ -112,8 +114,8 @@ def split_pairs(pairs: List[Pair], test_fraction: float, seed: int) -> Tuple[Lis
     n_test = int(round(test_fraction * len(unique)))
     if len(unique) > 1:
         n_test = min(max(n_test, 1 if test_fraction > 0 else 0), len(unique) - 1)
-    test = [unique[i] for i in sorted(order[:n_test])]
-    train = [unique[i] for i in sorted(order[n_test:])]
+    test = [unique[i] for i in order[:n_test]]
+    train = [unique[i] for i in order[n_test:]]
     return train, test
 
 
@@ -182,6 +184,8 @@ class BilingualPairLoader(object):
         langs = (self.src_lang, self.tgt_lang)
         if set(langs) != {"zh", "en"}:
             raise ConfigError("the built-in pairs are zh<->en; for %s->%s give data_path" % langs)
+        if not isinstance(max_number, int) or not 1 <= max_number <= BUILTIN_MAX_NUMBER:
+            raise ConfigError("max_number must be an integer in 1..%d, got %r" % (BUILTIN_MAX_NUMBER, max_number))
         pairs = number_pairs(max_number, liang)                     # (zh, en)
         if langs == ("en", "zh"):
             pairs = [(en, zh) for zh, en in pairs]

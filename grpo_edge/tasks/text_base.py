@@ -1,0 +1,183 @@
+"""What the built-in text tasks share: sampling groups of completions, scoring, warm start, evaluation.
+
+A text task holds lists of problems ``(input_text, reference_text)`` for a train and a test split, a
+CharTokenizer, and a way to turn input texts into a fixed-width id tensor (``encode_inputs``). The
+policy is a generation model with ``generate(x, max_new_tokens, temperature, greedy, generator)`` and
+``sequence_logprobs(x, tokens, temperature)`` (micro-gpt: x is the left-padded prompt; tiny-transformer:
+x is the source). ``input_key`` names x in ``Rollout.inputs`` and in warm-start batches.
+"""
+from typing import Dict, List, Tuple
+
+import numpy as np
+import torch
+
+from grpo_edge.core.rollout import Rollout
+from grpo_edge.core.tokenizer import EOS, PAD
+from grpo_edge.errors import ConfigError
+from grpo_edge.tasks.base import Task
+from grpo_edge.tasks.rewards import WeightedRewards
+
+Problem = Tuple[str, str]   # (input text, reference completion)
+
+
+def _device_of(policy) -> torch.device:
+    for p in policy.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def cfg_get(cfg: dict, key: str, default, kind=None, minimum=None):
+    """cfg[key] or `default`, checked to be of `kind` and >= `minimum` (a one-line ConfigError if not)."""
+    value = cfg.get(key, default) if cfg else default
+    if value is None:
+        value = default
+    if kind is not None and value is not None:
+        ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+        if not ok:
+            raise ConfigError("task.%s must be %s, got %r" % (key, getattr(kind, "__name__", kind), value))
+    if minimum is not None and value is not None and value < minimum:
+        raise ConfigError("task.%s must be >= %s, got %r" % (key, minimum, value))
+    return value
+
+
+class TextTask(Task):
+    """Base class of the generated-text tasks (arithmetic, zh-en-numbers). Subclasses set up the data.
+
+    After ``__init__`` a subclass must have set: ``tokenizer``, ``train_problems``, ``test_problems``,
+    ``max_new_tokens``; and implement ``encode_inputs``. Config keys read here:
+      temperature (1.0)      sampling temperature of rollouts (log-probs are taken at the same temperature)
+      rewards                {name: weight}: built-ins or "module.path:fn" user callables
+      reward (None)          one more user reward "module.path:fn" with weight 1.0
+      reward_errors ("raise") "raise" or "skip" a reward that raises or returns NaN/inf
+      eval_size (500)        problems scored by evaluate(n=0); 0 = the whole split
+    """
+    kind = "sequence"
+    metric_name = "exact_match"
+    input_key = "prompt"
+    default_rewards = {"exact_match": 1.0}
+    eval_metrics = {}       # name -> fn(completion, reference, prompt), reported by evaluate() besides the rewards
+
+    def __init__(self, cfg: dict, seed: int = 0):
+        cfg = dict(cfg or {})
+        super(TextTask, self).__init__(cfg, seed)
+        self.temperature = float(cfg_get(cfg, "temperature", 1.0, (int, float)))
+        if self.temperature <= 0:
+            raise ConfigError("task.temperature must be > 0 for sampling, got %r" % self.temperature)
+        self.rewards = WeightedRewards(cfg_get(cfg, "rewards", dict(self.default_rewards), dict),
+                                       extra=cfg.get("reward"),
+                                       reward_errors=cfg_get(cfg, "reward_errors", "raise", str))
+        self.eval_size = cfg_get(cfg, "eval_size", 500, int, 0)
+
+    # --- subclass hooks ----------------------------------------------------------------------
+    def encode_inputs(self, texts: List[str]) -> torch.Tensor:
+        """Input texts -> (B, L) long ids with a fixed L."""
+        raise NotImplementedError
+
+    # --- model ---------------------------------------------------------------------------------
+    def model_kwargs(self) -> dict:
+        return {"vocab_size": self.tokenizer.vocab_size}
+
+    def problems(self, split: str) -> List[Problem]:
+        if split not in ("train", "test"):
+            raise ConfigError("split must be 'train' or 'test', got %r" % (split,))
+        return self.train_problems if split == "train" else self.test_problems
+
+    # --- training -----------------------------------------------------------------------------
+    def rollout(self, policy, num_groups: int, group_size: int, generator: torch.Generator) -> Rollout:
+        """Sample num_groups train problems (with replacement), group_size completions each."""
+        device = _device_of(policy)
+        idx = torch.randint(len(self.train_problems), (num_groups,), generator=generator,
+                            device=generator.device if generator is not None else "cpu").tolist()
+        problems = [self.train_problems[i] for i in idx for _ in range(group_size)]   # sample i -> group i // G
+        prompts = [p for p, _ in problems]
+        refs = [r for _, r in problems]
+        x = self.encode_inputs(prompts).to(device)                                     # (N, L)
+        with torch.no_grad():
+            tokens, logp, mask = policy.generate(x, self.max_new_tokens, temperature=self.temperature,
+                                                 generator=generator)                  # each (N, Tn)
+        completions = [self.tokenizer.decode(row) for row in tokens.tolist()]
+        has_eos = ((tokens == EOS) & (mask > 0)).any(dim=1)                            # (N,)
+        rewards, parts = self.rewards.score(completions, refs, prompts)                # (N,), {name: (N,)}
+        return Rollout(
+            actions=tokens, mask=mask.float(), old_logp=logp, rewards=rewards.to(device),
+            group_size=group_size, inputs={self.input_key: x},
+            reward_parts=dict((k, v.to(device)) for k, v in parts.items()),
+            truncated=~has_eos, num_env_steps=int(mask.sum().item()),
+            extras={"samples": list(zip(prompts, completions, refs))[:4]},
+        )
+
+    def logprobs(self, policy, rollout: Rollout):
+        """(logp (N, Tn), entropy (N, Tn)) of rollout.actions at the sampling temperature, with grad."""
+        return policy.sequence_logprobs(rollout.inputs[self.input_key], rollout.actions,
+                                        temperature=self.temperature)
+
+    def encode_targets(self, texts: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """References -> (ids (B, T) long: text + EOS then PAD, mask (B, T) float: 1 up to and with EOS)."""
+        seqs = [self.tokenizer.encode(t, eos=True) for t in texts]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
+        mask = torch.zeros(len(seqs), width)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, :len(s)] = 1.0
+        return ids, mask
+
+    def warm_start_batches(self, batch_size: int, generator: torch.Generator):
+        """One shuffled epoch over the train problems: {input_key: (B, L), "target": (B, T), "target_mask": (B, T)}."""
+        order = torch.randperm(len(self.train_problems), generator=generator).tolist()
+        for i in range(0, len(order), batch_size):
+            chunk = [self.train_problems[j] for j in order[i:i + batch_size]]
+            target, target_mask = self.encode_targets([r for _, r in chunk])
+            yield {self.input_key: self.encode_inputs([p for p, _ in chunk]),
+                   "target": target, "target_mask": target_mask}
+
+    def supervised_loss(self, policy, batch) -> torch.Tensor:
+        """Mean cross-entropy per target token (answer + EOS), teacher-forced at temperature 1."""
+        device = _device_of(policy)
+        mask = batch["target_mask"].to(device)                                         # (B, T)
+        logp, _ = policy.sequence_logprobs(batch[self.input_key].to(device), batch["target"].to(device))
+        return -(logp * mask).sum() / mask.sum().clamp(min=1.0)
+
+    # --- evaluation / deploy ----------------------------------------------------------------------
+    def greedy_completions(self, policy, prompts: List[str], batch_size: int = 256) -> List[str]:
+        """Greedy decode of `prompts` (eval mode; the policy's mode is restored after)."""
+        device = _device_of(policy)
+        was_training = policy.training
+        policy.eval()
+        out = []
+        try:
+            with torch.no_grad():
+                for i in range(0, len(prompts), batch_size):
+                    x = self.encode_inputs(prompts[i:i + batch_size]).to(device)
+                    tokens, _, _ = policy.generate(x, self.max_new_tokens, greedy=True)
+                    out += [self.tokenizer.decode(row) for row in tokens.tolist()]
+        finally:
+            policy.train(was_training)
+        return out
+
+    def evaluate(self, policy, split: str = "test", n: int = 0) -> Dict[str, float]:
+        """Greedy decode the first n problems of `split` (n = 0: eval_size; eval_size 0: all).
+
+        Returns {metric_name, each eval metric, "reward" (weighted total), "n"}.
+        """
+        problems = self.problems(split)
+        n = n or self.eval_size or len(problems)
+        problems = problems[:n]
+        prompts = [p for p, _ in problems]
+        refs = [r for _, r in problems]
+        completions = self.greedy_completions(policy, prompts)
+        result = {}
+        for name, fn in sorted(self.eval_metrics.items()):
+            result[name] = float(np.mean([fn(c, r, p) for c, r, p in zip(completions, refs, prompts)]))
+        total, _ = self.rewards.score(completions, refs, prompts)
+        result["reward"] = float(total.mean())
+        result["n"] = len(problems)
+        return result
+
+    def calibration_inputs(self, n: int) -> np.ndarray:
+        """(n, L) int64 input token ids from the train split (cycled when n > its size).
+
+        Unlike float tasks these are token ids: the exported decode step takes ids and embeds them.
+        """
+        texts = [self.train_problems[i % len(self.train_problems)][0] for i in range(n)]
+        return self.encode_inputs(texts).numpy().astype(np.int64)
