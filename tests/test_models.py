@@ -88,6 +88,14 @@ def test_config_round_trip_gives_identical_outputs(arch):
 
 
 @pytest.mark.parametrize("arch", sorted(SMALL))
+def test_out_dim_builds_a_value_head(arch):
+    """The trainer builds a critic as build_model(arch, **dict(policy.config(), out_dim=1))."""
+    m = make(arch)
+    critic = build_model(m.arch, **dict(m.config(), out_dim=1))
+    assert critic(*inputs(arch)).shape == expected_shape(arch)[:-1] + (1,)
+
+
+@pytest.mark.parametrize("arch", sorted(SMALL))
 def test_dropout_is_off_in_eval(arch):
     kw = {"hidden_dropout": 0.3}
     if arch in ("micro-gpt", "tiny-transformer"):
@@ -219,10 +227,12 @@ def test_micro_gpt_kv_cache_step_matches_full_forward():
         assert pk.shape == (3, 3, 4, 9, 8)
 
 
-def test_generate_rejects_too_long():
+def test_generate_rejects_bad_arguments():
     m = make("micro-gpt")
     with pytest.raises(ValueError, match="max_len"):
         m.generate(torch.zeros(1, 20, dtype=torch.long), 10)
+    with pytest.raises(ValueError, match="temperature"):
+        m.generate(torch.zeros(1, 2, dtype=torch.long), 3, temperature=0.0)
 
 
 @pytest.mark.parametrize("arch", ["micro-gpt", "tiny-transformer"])

@@ -67,7 +67,8 @@ class BasicBlock(nn.Module):
 class LiteResNet(nn.Module):
     """Small residual image classifier.
 
-    forward(images (B, in_channels, H, W)) -> logits (B, n_classes)
+    forward(images (B, in_channels, H, W)) -> logits (B, n_classes), or (B, out_dim) when out_dim is set
+    (out_dim=1 builds a value head with the same trunk).
     channels: width of each stage; blocks: residual blocks per stage (the first block of every stage
     after the first halves H and W). image_size is the H = W used for the export example input.
     """
@@ -75,13 +76,14 @@ class LiteResNet(nn.Module):
     arch = "lite-resnet"
 
     def __init__(self, in_channels=1, n_classes=10, image_size=8, channels=(16, 32, 64), blocks=(2, 2, 1),
-                 hidden_dropout=0.0):
+                 hidden_dropout=0.0, out_dim=None):
         super(LiteResNet, self).__init__()
         channels, blocks = tuple(int(c) for c in channels), tuple(int(b) for b in blocks)
         if len(channels) != len(blocks) or not channels:
             raise ValueError("channels %r and blocks %r must be non-empty and the same length" % (channels, blocks))
         self.in_channels, self.n_classes, self.image_size = in_channels, n_classes, image_size
         self.channels, self.blocks, self.hidden_dropout = channels, blocks, hidden_dropout
+        self.out_dim = out_dim
         self.stem = ConvBN(in_channels, channels[0], 3, 1)
         layers, cin = [], channels[0]
         for s, (c, n) in enumerate(zip(channels, blocks)):
@@ -91,7 +93,7 @@ class LiteResNet(nn.Module):
         self.layers = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)     # exports as GlobalAveragePool
         self.drop = nn.Dropout(hidden_dropout)
-        self.fc = nn.Linear(cin, n_classes)
+        self.fc = nn.Linear(cin, n_classes if out_dim is None else out_dim)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -103,7 +105,8 @@ class LiteResNet(nn.Module):
         """Constructor kwargs as plain Python values: build_model(self.arch, **self.config()) rebuilds it."""
         return {"in_channels": int(self.in_channels), "n_classes": int(self.n_classes),
                 "image_size": int(self.image_size), "channels": list(self.channels), "blocks": list(self.blocks),
-                "hidden_dropout": float(self.hidden_dropout)}
+                "hidden_dropout": float(self.hidden_dropout),
+                "out_dim": None if self.out_dim is None else int(self.out_dim)}
 
     def num_weight_layers(self):
         """Convs and Linear layers on the main path (projection shortcuts not counted): 12 at defaults."""

@@ -133,6 +133,8 @@ class MicroGPT(nn.Module):
         """
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        if not temperature > 0:
+            raise ValueError("temperature must be > 0, got %r (use greedy=True for argmax decoding)" % (temperature,))
         # The last sampled token is never fed back, so the model sees Tp + max_new_tokens - 1 positions.
         self._check_len(prompt.shape[1] + max_new_tokens - 1)
         with torch.no_grad():

@@ -147,6 +147,8 @@ class TinyTransformer(nn.Module):
         """
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        if not temperature > 0:
+            raise ValueError("temperature must be > 0, got %r (use greedy=True for argmax decoding)" % (temperature,))
         self._check_len(max_new_tokens, "target")      # decoder sees BOS + max_new_tokens - 1 tokens
         with torch.no_grad():
             memory, src_bias = self.encode(src)
