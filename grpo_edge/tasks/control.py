@@ -39,6 +39,7 @@ class ControlTask(Task):
         self.obs_dim = int(np.prod(probe.observation_space.shape))
         self.n_actions = int(probe.action_space.n)
         self._envs = []
+        self._eval_envs = []
         self._eval_seed_base = 10_000_000 + seed * 1000  # evaluation resets never overlap training's
         self._rng = np.random.RandomState(seed)
 
@@ -84,7 +85,9 @@ class ControlTask(Task):
         was_training = policy.training
         policy.eval()
         seeds = [self._eval_seed_base + i for i in range(n)]
-        envs = [self._make() for _ in range(n)]
+        while len(self._eval_envs) < n:
+            self._eval_envs.append(self._make())
+        envs = self._eval_envs[:n]
         ro = rollout_episodes(policy, envs, seeds, 1, self.max_steps, device=device, greedy=greedy)
         policy.train(was_training)
         returns = ro.rewards.numpy()

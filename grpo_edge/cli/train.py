@@ -1,0 +1,98 @@
+"""`grpo-edge train`, `grpo-edge eval`, `grpo-edge tasks`."""
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from grpo_edge.errors import ConfigError, GrpoEdgeError
+
+
+def train(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (e.g. configs/cartpole.yaml); default: the cartpole recipe."),
+    set_: List[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
+    data_path: Optional[str] = typer.Option(None, "--data-path", "--data_path", help="Your own data (text tasks: TSV/JSONL pairs)."),
+    save_dir: Optional[str] = typer.Option(None, "--save-dir", "--save_dir", help="Run folder (default runs/<task>)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (CPU runs are reproducible)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or auto."),
+    amp: bool = typer.Option(False, "--amp", help="Mixed precision (fp16 + loss scaling on CUDA, bf16 on CPU)."),
+    online: bool = typer.Option(False, "--online", help="Online training on a device (see docs/online.md)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Train a policy with GRPO (or PPO, grpo.algo=ppo) on a built-in or your own task."""
+    overrides = list(set_)
+    if data_path is not None:
+        if not Path(data_path).exists():
+            raise ConfigError("--data-path %s does not exist" % data_path)
+        overrides.append("task.data_path=%s" % data_path)
+    if seed is not None:
+        overrides.append("training.seed=%d" % seed)
+    if device is not None:
+        overrides.append("training.device=%s" % device)
+    if amp:
+        overrides.append("training.amp=true")
+    if online:
+        from grpo_edge.online import run_online_cli
+        return run_online_cli(config, overrides, save_dir)
+    from grpo_edge.config import load_config
+    from grpo_edge.trainer import GRPOTrainer, install_sigterm_handler
+    cfg = load_config(config or "cartpole.yaml", overrides=overrides)
+    run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
+    install_sigterm_handler()
+    trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+    try:
+        summary = trainer.train()
+    except KeyboardInterrupt:
+        typer.echo("interrupted: saved %s (continue with --resume)" % (run_dir / "last.pt"), err=True)
+        raise typer.Exit(130)
+    metric = summary["metric"]
+    typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
+               % (summary["task"], metric, summary["final_" + metric], summary["steps"], summary["wall_seconds"], run_dir))
+
+
+def eval_(
+    checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint (last.pt / best.pt)."),
+    n: int = typer.Option(0, "--n", help="Episodes / examples (0 = the task's default)."),
+    split: str = typer.Option("test", "--split", help="test or train."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+):
+    """Evaluate a checkpoint on its task (greedy)."""
+    from grpo_edge.core.checkpoint import load_policy
+    from grpo_edge.tasks import get_task
+    model, state = load_policy(checkpoint)
+    cfg = state.get("config", {})
+    task = get_task(state["task"], cfg.get("task", {}), seed=cfg.get("training", {}).get("seed", 0))
+    res = task.evaluate(model, split, n)
+    if json_out:
+        typer.echo(json.dumps(res))
+    else:
+        typer.echo("%s on %s (%s): %s" % (state["arch"], state["task"], split,
+                                          ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
+
+
+def tasks():
+    """List the built-in tasks, their model and metric."""
+    from rich.console import Console
+    from rich.table import Table
+    from grpo_edge.config import builtin_recipes
+    from grpo_edge.tasks import DEFAULT_ARCH, TASKS, task_class
+    recipes = builtin_recipes()
+    table = Table(title="built-in tasks")
+    for col in ("task", "kind", "model", "metric", "recipe", "description"):
+        table.add_column(col)
+    for name in TASKS:
+        try:
+            cls = task_class(name)
+            kind, metric, doc = cls.kind, cls.metric_name, (cls.__doc__ or "").strip().splitlines()[0]
+        except GrpoEdgeError as e:
+            kind, metric, doc = "?", "?", "unavailable: %s" % e
+        recipe = next((r for r in recipes if r.startswith(name.replace("-", "_"))), "")
+        table.add_row(name, kind, DEFAULT_ARCH.get(name, ""), metric, recipe and "configs/" + recipe, doc)
+    Console().print(table)
+
+
+def register(app):
+    app.command("train")(train)
+    app.command("eval")(eval_)
+    app.command("tasks")(tasks)

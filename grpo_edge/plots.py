@@ -1,0 +1,42 @@
+"""Training-curve plots (matplotlib, Agg backend: works without a display)."""
+import os
+import tempfile
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure_atomic(fig, path):
+    path = str(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+
+
+def plot_curves(history, path, title="", metric=None):
+    """reward, evaluation metric, loss / KL and grad norm against step, one panel each."""
+    if not history:
+        return None
+    plt = _plt()
+    steps = [m["step"] for m in history]
+    panels = [("reward_mean", "rollout reward"), (metric, metric or ""), ("loss", "loss"), ("grad_norm", "grad norm")]
+    panels = [(k, lbl) for k, lbl in panels if k and any(k in m for m in history)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.2))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, (key, label) in zip(axes, panels):
+        xs = [s for s, m in zip(steps, history) if key in m]
+        ys = [m[key] for m in history if key in m]
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3)
+        ax.set_title(label)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    save_figure_atomic(fig, path)
+    plt.close(fig)
+    return path

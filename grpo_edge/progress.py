@@ -1,0 +1,44 @@
+"""A rich progress bar for training: step, reward, KL, loss, steps/s and the last evaluation."""
+import sys
+
+
+class TrainProgress:
+    def __init__(self, total, enabled=True, title="training"):
+        self.total = total
+        self.enabled = enabled and sys.stderr.isatty() or enabled == "force"
+        self.title = title
+        self._progress = None
+        self._task = None
+        self._console = None
+
+    def __enter__(self):
+        from rich.console import Console
+        self._console = Console(stderr=True)
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("{task.fields[stats]}"),
+                                      console=self._console, transient=False)
+            self._progress.__enter__()
+            self._task = self._progress.add_task(self.title, total=self.total, stats="")
+        else:
+            self._console.print(self.title)
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+        return False
+
+    def note(self, text):
+        (self._progress.console if self._progress else self._console).print(text)
+
+    def update(self, step, m, last_eval):
+        stats = "reward %.3f | loss %.4f | kl %.4f | %.1f steps/s" % (
+            m.get("reward_mean", 0.0), m.get("loss", 0.0), m.get("kl", 0.0), m.get("steps_per_s", 0.0))
+        if last_eval is not None:
+            stats += " | eval %.3f" % last_eval
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, stats=stats)
+        elif step == self.total or step % max(1, self.total // 20) == 0 or "eval_" in "".join(m):
+            self._console.print("step %d/%d  %s" % (step, self.total, stats))
