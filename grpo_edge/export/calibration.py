@@ -1,0 +1,128 @@
+"""Calibration sets for int8 quantization: representative model inputs, saved as .npz.
+
+    info = checkpoint2calibration("runs/cartpole/checkpoint.pt", "calib.npz", n=512)
+    info = task2calibration("cartpole", "calibration/cartpole.npz", n=512)     # no checkpoint needed
+
+An .npz holds one float32 (or int64) array per model input, named like the ONNX input ("obs", ...),
+plus `__meta__`: a JSON string saying how the set was made (task, seed, n, policy or random actions).
+onnx2int8 reads these files directly.
+"""
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.errors import CheckpointError, ExportError
+from grpo_edge.report import atomic_write_bytes
+
+DEFAULT_N = 512
+
+
+def task_from_state(state: dict, seed: int = 0):
+    """Rebuild the task a checkpoint was trained on (name from state["task"], config from state["config"])."""
+    from grpo_edge.tasks import get_task
+    name = state.get("task") or (state.get("config", {}).get("task", {}) or {}).get("name")
+    if not name:
+        raise CheckpointError("checkpoint names no task: cannot rebuild it")
+    cfg = dict((state.get("config", {}) or {}).get("task", {}) or {})
+    try:
+        return get_task(name, cfg, seed=seed)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError("cannot rebuild task %r from the checkpoint (%s)" % (name, msg[:200]))
+
+
+def task_inputs(task, n: int, policy=None) -> np.ndarray:
+    """task.calibration_inputs(n), passing the policy when the task accepts one (states it visits)."""
+    try:
+        x = task.calibration_inputs(n, policy=policy) if policy is not None else task.calibration_inputs(n)
+    except TypeError:  # a user task whose calibration_inputs takes only n
+        x = task.calibration_inputs(n)
+    if isinstance(x, dict):
+        return {k: np.asarray(v) for k, v in x.items()}
+    return np.asarray(x)
+
+
+def save_calibration(arrays, out_path, meta: dict) -> Path:
+    """Write {input name: array} (or one array under "inputs") and a JSON meta string to `out_path` (.npz)."""
+    if isinstance(arrays, np.ndarray):
+        arrays = {"inputs": arrays}
+    out_path = Path(out_path)
+    if out_path.suffix != ".npz":
+        raise ExportError("calibration sets are .npz files, got %s" % out_path)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, __meta__=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+    atomic_write_bytes(out_path, buf.getvalue())
+    return out_path
+
+
+def load_calibration(path) -> dict:
+    """{input name: array} from an .npz written by save_calibration (or a plain .npy: {"inputs": array})."""
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError("calibration file not found: %s" % path)
+    try:
+        loaded = np.load(str(path), allow_pickle=False)
+    except Exception as e:
+        raise ExportError("%s is not a .npy/.npz calibration file (%s)" % (path, str(e).splitlines()[0][:200]))
+    if isinstance(loaded, np.ndarray):
+        return {"inputs": loaded}
+    return {k: loaded[k] for k in loaded.files if not k.startswith("__")}
+
+
+def calibration_meta(path) -> dict:
+    loaded = np.load(str(path), allow_pickle=False)
+    if isinstance(loaded, np.ndarray) or "__meta__" not in loaded.files:
+        return {}
+    return json.loads(str(loaded["__meta__"]))
+
+
+def task2calibration(task_name: str, out_path, n: int = DEFAULT_N, seed: int = 0, task_cfg: dict = None,
+                     input_name: str = "inputs") -> dict:
+    """A calibration set from a task alone (random actions for control tasks, training samples else)."""
+    from grpo_edge.tasks import get_task
+    task = get_task(task_name, task_cfg or {}, seed=seed)
+    x = task_inputs(task, n)
+    arrays = x if isinstance(x, dict) else {input_name: x}
+    meta = {"task": task_name, "n": int(n), "seed": int(seed), "policy": "none (random actions / dataset samples)",
+            "method": "%s.calibration_inputs(%d)" % (type(task).__name__, n)}
+    save_calibration(arrays, out_path, meta)
+    return dict(meta, path=str(out_path), shapes={k: list(v.shape) for k, v in arrays.items()})
+
+
+def checkpoint2calibration(checkpoint, out_path, n: int = DEFAULT_N, seed: int = 0, use_policy: bool = True) -> dict:
+    """A calibration set for a checkpoint's model: its task's calibration_inputs(n), driven by the policy.
+
+    Arrays are named after the model's export inputs, so onnx2int8 matches them by name. Multi-input
+    runtime functions (a decoder step with a KV cache) need their inputs recorded from decoding and are
+    not made here: an ExportError says so.
+    """
+    from grpo_edge.core.checkpoint import load_policy
+    model, state = load_policy(checkpoint)
+    spec = model.export_spec(batch_size=1)
+    if isinstance(spec, dict) or len(spec.input_names) != 1:
+        raise ExportError("%s: %s has a multi-input runtime function; make its calibration set from decoding "
+                          "(not supported yet) or pass an .npz with one array per input" % (checkpoint, state["arch"]))
+    task = task_from_state(state, seed=seed)
+    x = task_inputs(task, n, policy=model if use_policy else None)
+    want = spec.example_inputs[0]
+    if tuple(x.shape[1:]) != tuple(want.shape[1:]):
+        raise ExportError("%s: task %s gives calibration inputs of shape %s, the model takes (N, %s)"
+                          % (checkpoint, state.get("task"), tuple(x.shape), ", ".join(map(str, want.shape[1:]))))
+    meta = {"task": state.get("task"), "n": int(n), "seed": int(seed), "checkpoint": str(checkpoint),
+            "arch": state["arch"], "policy": "checkpoint policy (greedy)" if use_policy else "none",
+            "method": "%s.calibration_inputs(%d)" % (type(task).__name__, n)}
+    arrays = {spec.input_names[0]: x.astype(np.float32) if x.dtype == np.float64 else x}
+    save_calibration(arrays, out_path, meta)
+    return dict(meta, path=str(out_path), shapes={k: list(v.shape) for k, v in arrays.items()})
+
+
+def builtin_calibration(task_name: str):
+    """Path of the shipped calibration set for a built-in task (calibration/<task>.npz), or None."""
+    here = Path(__file__).resolve().parent.parent          # grpo_edge/
+    for d in (here / "calibration", here.parent / "calibration"):
+        p = d / ("%s.npz" % task_name)
+        if p.is_file():
+            return p
+    return None

@@ -1,0 +1,197 @@
+"""onnx2int8: static post-training int8 quantization with onnxruntime (QDQ format).
+
+    info = onnx2int8("model.onnx", "calibration/cartpole.npz", "model.int8.onnx", method="minmax")
+
+The output form is fixed because targets consume it (the ESP32 generator reads these parameters):
+QDQ (QuantizeLinear/DequantizeLinear pairs around each quantized op), activations int8 asymmetric
+per-tensor, weights int8 symmetric (zero point 0) per output channel, bias left to ORT (int32).
+
+The ORT-on-this-CPU trap: on x86 without VNNI (AVX2 only), ORT's optimized int8 kernels widen with
+saturating 16-bit adds and can lose accuracy (toolchain-findings: mean error 0.0104 vs 0.0015). We
+therefore judge accuracy with graph optimizations DISABLED (a QDQ graph then runs as dequantize ->
+fp32 op -> quantize, exactly the arithmetic the parameters describe, which is what TFLite/TFLM and the
+ESP32 code implement up to 1 LSB), and report the optimized-kernel error next to it. `reduce_range=True`
+(7-bit weights) avoids the saturation in ORT itself but costs precision on every target, so it is off by
+default and never switched on silently.
+"""
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.errors import ExportError
+from grpo_edge.report import atomic_write_bytes
+
+METHODS = ("minmax", "entropy", "percentile")
+MIN_SAMPLES = 100
+
+
+def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_channel: bool = True,
+              reduce_range: bool = False, max_samples: int = 2000) -> dict:
+    """Quantize `onnx_path` to int8 QDQ at `out_path`, calibrated on `calibration`.
+
+    calibration: np.ndarray (single-input models), {input name: array}, or a .npy / .npz path (an .npz
+      holds one array per input name, or one array for a single-input model).
+    Returns {path, size_bytes, fp32_size_bytes, method, per_channel, reduce_range, num_samples, format,
+      warnings, errors: {reference: {...}, ort_optimized: {...}}}: int8-vs-fp32 output errors on the
+      calibration samples, with ORT optimizations off (reference arithmetic) and on (this CPU's kernels).
+    """
+    from grpo_edge.export.onnx_utils import io_specs, load_onnx
+    if method not in METHODS:
+        raise ExportError("calibration method must be one of %s, got %r" % ("|".join(METHODS), method))
+    onnx_path = Path(onnx_path)
+    model = load_onnx(onnx_path)
+    specs = io_specs(model, "input")
+    data, src = _load_calibration(calibration, specs)
+    _check_calibration(data, specs, src, onnx_path)
+    n = len(next(iter(data.values())))
+    notes = []
+    if n < MIN_SAMPLES:
+        msg = "only %d calibration samples in %s (fewer than %d): activation ranges may be off" % (n, src, MIN_SAMPLES)
+        warnings.warn(msg)
+        notes.append(msg)
+    if n > max_samples:
+        idx = np.random.default_rng(0).choice(n, max_samples, replace=False)
+        data = {k: v[np.sort(idx)] for k, v in data.items()}
+        notes.append("used %d of %d calibration samples (max_samples)" % (max_samples, n))
+        n = max_samples
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=str(out_path.parent), prefix="." + out_path.name + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        _quantize(onnx_path, tmp, data, specs, method, per_channel, reduce_range)
+        atomic_write_bytes(out_path, Path(tmp).read_bytes())
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    errors = {"reference": compare_outputs(onnx_path, out_path, data, optimize=False),
+              "ort_optimized": compare_outputs(onnx_path, out_path, data, optimize=True)}
+    return {"path": str(out_path), "size_bytes": out_path.stat().st_size,
+            "fp32_size_bytes": onnx_path.stat().st_size, "method": method, "per_channel": per_channel,
+            "reduce_range": reduce_range, "num_samples": n, "calibration": src,
+            "format": "QDQ; activations int8 asymmetric per-tensor; weights int8 symmetric "
+                      + ("per-channel" if per_channel else "per-tensor"),
+            "warnings": notes, "errors": errors}
+
+
+def _quantize(src, dst, data, specs, method, per_channel, reduce_range):
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+    batch_dynamic = all(not isinstance(s["shape"][0], int) or s["shape"][0] <= 0 for s in specs if s["shape"])
+    n_samples = len(next(iter(data.values())))
+    # ORT's calibrators stack per-batch outputs: every batch must have the same size.
+    step = max(b for b in range(1, 33) if n_samples % b == 0) if batch_dynamic else 1
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            n = len(next(iter(data.values())))
+            self._it = iter([{k: v[i:i + step] for k, v in data.items()} for i in range(0, n, step)])
+
+        def get_next(self):
+            return next(self._it, None)
+
+    cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+          "percentile": CalibrationMethod.Percentile}[method]
+    import contextlib
+    import io
+    import logging
+    root = logging.getLogger()
+    level = root.level
+    try:
+        # ORT prints calibration progress to stdout and advice to the root logger: keep our output clean.
+        root.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                            per_channel=per_channel, reduce_range=reduce_range, calibrate_method=cm,
+                            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
+    except ExportError:
+        raise
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ExportError("int8 quantization of %s failed (%s)" % (src, msg[:300]))
+    finally:
+        root.setLevel(level)
+
+
+def _load_calibration(calibration, specs):
+    """-> ({input name: array}, description of the source)."""
+    names = [s["name"] for s in specs]
+    if isinstance(calibration, (str, os.PathLike)):
+        path = Path(calibration)
+        if not path.is_file():
+            raise ExportError("calibration file not found: %s" % path)
+        try:
+            loaded = np.load(str(path), allow_pickle=False)
+        except Exception as e:
+            raise ExportError("%s is not a .npy/.npz calibration file (%s)" % (path, str(e).splitlines()[0][:200]))
+        if isinstance(loaded, np.ndarray):
+            arrays = {names[0]: loaded} if len(names) == 1 else {"?": loaded}
+        else:
+            keys = [k for k in loaded.files if not k.startswith("__")]   # __meta__: how the set was made
+            if all(k in keys for k in names):
+                arrays = {k: loaded[k] for k in names}
+            elif len(names) == 1 and len(keys) >= 1:
+                key = "inputs" if "inputs" in keys else keys[0]
+                arrays = {names[0]: loaded[key]}
+            else:
+                raise ExportError("%s holds arrays %s; the model needs %s" % (path, keys, names))
+        return arrays, str(path)
+    if isinstance(calibration, dict):
+        missing = [k for k in names if k not in calibration]
+        if missing:
+            raise ExportError("calibration data lacks model inputs %s (has %s)" % (missing, list(calibration)))
+        return {k: np.asarray(calibration[k]) for k in names}, "in-memory dict"
+    if isinstance(calibration, np.ndarray):
+        if len(names) != 1:
+            raise ExportError("the model has %d inputs %s: pass a dict or .npz with one array each"
+                              % (len(names), names))
+        return {names[0]: calibration}, "in-memory array"
+    raise ExportError("calibration must be an array, a dict of arrays or a .npy/.npz path, got %s"
+                      % type(calibration).__name__)
+
+
+def _check_calibration(data, specs, src, onnx_path):
+    if "?" in data:
+        raise ExportError("%s: one array given, but %s has %d inputs %s"
+                          % (src, onnx_path, len(specs), [s["name"] for s in specs]))
+    counts = set()
+    for s in specs:
+        a = data[s["name"]]
+        want = "(%s) %s" % (", ".join(str(d) for d in s["shape"]), s["dtype"])
+        found = "%s %s" % (tuple(a.shape), a.dtype)
+        ok = a.dtype == np.dtype(s["dtype"]) and a.ndim == len(s["shape"]) and a.ndim >= 1 and a.shape[0] > 0
+        if ok:
+            ok = all(not isinstance(d, int) or d <= 0 or d == got
+                     for d, got in list(zip(s["shape"], a.shape))[1:])
+        if not ok:
+            raise ExportError("calibration %s does not fit %s input %r: expected %s, found %s"
+                              % (src, onnx_path, s["name"], want, found))
+        counts.add(a.shape[0])
+    if len(counts) > 1:
+        raise ExportError("calibration %s: inputs have different sample counts %s" % (src, sorted(counts)))
+
+
+def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512) -> dict:
+    """int8-vs-fp32 errors on `data` ({input: array}): max/mean |diff| of the first output and, when it
+    looks like logits (last dim > 1), the fraction of samples whose argmax agrees."""
+    from grpo_edge.export.onnx_utils import session
+    s32, s8 = session(fp32_path, optimize=True), session(int8_path, optimize=optimize)
+    n = min(limit, len(next(iter(data.values()))))
+    feed = {k: v[:n] for k, v in data.items()}
+    try:
+        a, b = s32.run(None, feed)[0], s8.run(None, feed)[0]
+    except Exception:  # fixed batch 1: run one sample at a time
+        a = np.concatenate([s32.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
+        b = np.concatenate([s8.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
+    d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    out = {"max_abs_diff": float(d.max()), "mean_abs_diff": float(d.mean()), "samples": int(n),
+           "ort_graph_optimizations": "on" if optimize else "off"}
+    if a.ndim >= 2 and a.shape[-1] > 1:
+        out["argmax_agreement"] = float(np.mean(a.argmax(-1) == b.argmax(-1)))
+    return out

@@ -1,0 +1,133 @@
+"""Small ONNX helpers shared by export, quantization, targets and the bench.
+
+Heavy imports (onnx, onnxruntime) stay inside the functions. Every bad-input path raises a one-line
+ExportError that names the file.
+"""
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from grpo_edge.errors import ExportError
+
+# ONNX TensorProto element types we meet, as numpy dtypes.
+_ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16,
+                11: np.float64}
+
+
+def load_onnx(path):
+    """Load and check an ONNX file; corrupt or non-ONNX files raise a one-line ExportError."""
+    import onnx
+    path = Path(path)
+    if not path.is_file():
+        raise ExportError("ONNX file not found: %s" % path)
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # DecodeError, protobuf errors, truncated files
+        raise ExportError("%s is not a readable ONNX model (%s)" % (path, _first_line(e)))
+    if not model.graph.node and not model.graph.output:
+        raise ExportError("%s is not an ONNX model (empty graph)" % path)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise ExportError("%s fails the ONNX checker (%s)" % (path, _first_line(e)))
+    return model
+
+
+def io_specs(model, which="input") -> List[Dict]:
+    """[{name, shape (ints or symbolic names), dtype}] of a ModelProto's graph inputs or outputs."""
+    init = {i.name for i in model.graph.initializer}
+    vals = model.graph.input if which == "input" else model.graph.output
+    out = []
+    for v in vals:
+        if v.name in init:
+            continue
+        t = v.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+        out.append({"name": v.name, "shape": shape, "dtype": np.dtype(_ONNX_DTYPES.get(t.elem_type, np.float32)).name})
+    return out
+
+
+def opset_of(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return -1
+
+
+def session(path, optimize=True, threads=1):
+    """An onnxruntime CPU InferenceSession. optimize=False runs the graph as written (no fusions).
+
+    Why the switch: on x86 CPUs without VNNI, ORT's fused int8 kernels (u8s8 via AVX2) can saturate
+    and lose accuracy; with optimizations disabled a QDQ model runs as DequantizeLinear -> fp32 op ->
+    QuantizeLinear, i.e. exactly the quantization that the model describes (see export/onnx2int8.py).
+    """
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise ExportError("onnxruntime cannot load %s (%s)" % (path, _first_line(e)))
+
+
+def count_macs(model, batch: int = 1, dims: Dict[str, int] = None) -> int:
+    """Multiply-accumulates of one run: MatMul, Gemm, Conv (the ops that dominate small models).
+
+    Shapes are taken from a real onnxruntime run (exact, also for attention with data-dependent
+    reshapes) on zero inputs: symbolic dims named like "batch" are set to `batch`, other symbolic dims
+    (sequence / cache lengths) to `dims.get(name, 8)`. Works on fp32 and QDQ int8 graphs alike.
+    Returns 0 if the graph cannot run on zero inputs.
+    """
+    import onnx
+    import onnxruntime as ort
+    dims = dict(dims or {})
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    heavy = [n for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv")]
+    init = {i.name: list(i.dims) for i in m.graph.initializer}
+    have = {o.name for o in m.graph.output}
+    wanted = []
+    for n in heavy:
+        for name in list(n.input[:2]) + [n.output[0]]:
+            if name not in init and name not in wanted:
+                wanted.append(name)
+    for name in wanted:
+        if name not in have:
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    feed = {}
+    for spec in io_specs(model, "input"):
+        shape = [d if isinstance(d, int) and d > 0 else
+                 (batch if "batch" in str(d).lower() else int(dims.get(str(d), 8))) for d in spec["shape"]]
+        feed[spec["name"]] = np.zeros(shape, dtype=spec["dtype"])
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        outs = sess.run(None, feed)
+    except Exception:
+        return 0
+    shapes = dict(init)
+    shapes.update({o.name: list(v.shape) for o, v in zip(sess.get_outputs(), outs)})
+    total = 0
+    for n in heavy:
+        a, w, out = shapes.get(n.input[0]), shapes.get(n.input[1]), shapes.get(n.output[0])
+        if a is None or w is None or out is None:
+            continue
+        if n.op_type == "Conv":
+            total += int(np.prod(out)) * int(np.prod(w[1:]))
+        else:
+            trans_a = any(at.name == "transA" and at.i for at in n.attribute)
+            k = a[-2] if (trans_a and len(a) >= 2) else a[-1]
+            total += int(np.prod(out)) * int(k)
+    return int(total)
+
+
+def _first_line(e) -> str:
+    s = str(e).strip()
+    return (s.splitlines()[0] if s else type(e).__name__)[:300]
