@@ -333,3 +333,12 @@ def test_user_reward_that_raises_fails_the_rollout(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning):
         r = task.rollout(policy, 2, 2, torch.Generator().manual_seed(0))
     assert r.reward_parts["my_rewards_c:crash"].eq(0).all()
+
+
+def test_registry_defaults_cover_every_key():
+    from grpo_edge.tasks import get_task, task_defaults
+    for name, cls in [("arithmetic", ArithmeticTask), ("zh-en-numbers", ZhEnNumbersTask)]:
+        task = get_task(name, {"name": name, "eval_size": 10}, seed=0)
+        assert isinstance(task, cls) and task.eval_size == 10
+        assert set(task_defaults(name)) >= {"rewards", "reward", "reward_errors", "temperature", "eval_size",
+                                            "max_new_tokens", "split_seed", "test_fraction"}

@@ -43,6 +43,10 @@ class ArithmeticTask(TextTask):
     name = "arithmetic"
     input_key = "prompt"
     default_rewards = {"exact_match": 1.0, "format": 0.1}
+    # Every config key and its default (None = derived from the data); the config validator reads it.
+    defaults = {"max_operand": 99, "ops": ["+"], "test_fraction": 0.1, "split_seed": 0, "prompt_len": None,
+                "max_new_tokens": None, "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
+                "reward_errors": "raise", "eval_size": 500}
     eval_metrics = {"exact_match": exact_match, "format": format_reward}
 
     def __init__(self, cfg: dict = None, seed: int = 0):

@@ -36,6 +36,11 @@ class ZhEnNumbersTask(TextTask):
     name = "zh-en-numbers"
     input_key = "src"
     default_rewards = {"exact_match": 1.0, "chrf": 0.5}
+    # Every config key and its default (None = derived from the data); the config validator reads it.
+    defaults = {"max_number": 9999, "liang": False, "data_path": None, "src_lang": "zh", "tgt_lang": "en",
+                "max_length": 64, "test_fraction": 0.1, "split_seed": 0, "max_new_tokens": None,
+                "temperature": 1.0, "rewards": dict(default_rewards), "reward": None, "reward_errors": "raise",
+                "eval_size": 500}
     eval_metrics = {"exact_match": exact_match, "chrf": chrf}
 
     def __init__(self, cfg: dict = None, seed: int = 0):
