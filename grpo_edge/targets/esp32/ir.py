@@ -1,0 +1,104 @@
+"""A small IR of int8 ops with TFLite-style parameters, shared by the reference, codegen and TFLM export.
+
+Layout: tensors keep the ONNX layout (NCHW for images, (N, F) for vectors), batch N = 1.
+Each Op holds every parameter a kernel needs, computed once ("Prepare"), so the NumPy reference,
+the generated C and the TFLite Micro export read the same numbers.
+
+Op kinds and their attrs:
+  fc       weights (OUT, IN) int8, bias (OUT,) int32, multiplier/shift (OUT,), input_offset,
+           output_offset, activation_min/max
+  conv     weights (OC, C/group, KH, KW) int8, bias, multiplier/shift (OC,), strides, pads
+           (top, left, bottom, right), dilations, group, input_offset, output_offset, activation_min/max
+  add      input1/2_offset, input1/2_multiplier/shift, output_multiplier/shift, left_shift (20),
+           output_offset, activation_min/max; constants {name: int8 array} for a constant operand
+  lut      table (256,) int8: out = table[x + 128] (tanh, sigmoid, relu, clip, requantize)
+  maxpool  kernel, strides, pads, activation_min/max (same in/out quantization)
+  avgpool  kernel, strides, pads, mode "round_div" | "float_mean" (+ mean_scale, mean_bias, output_offset)
+  reshape  none: the output shares the input's storage
+  softmax  TFLite int8 softmax parameters (input_multiplier, input_left_shift, diff_min)
+  argmax   none (last axis)
+"""
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: Tuple[int, ...]
+    scale: float = 1.0          # float32 value
+    zero_point: int = 0
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+@dataclass
+class Op:
+    kind: str
+    name: str                   # the ONNX node name (for messages)
+    inputs: List[str]
+    output: str
+    attrs: Dict[str, Any] = field(default_factory=dict)
+
+    def param_bytes(self) -> int:
+        """Bytes of constant data this op puts in flash."""
+        n = 0
+        for k, v in self.attrs.items():
+            if isinstance(v, np.ndarray):
+                n += v.nbytes
+            elif k == "constants":
+                n += sum(a.nbytes for a in v.values())
+        return n
+
+    def macs(self, tensors) -> int:
+        out = tensors[self.output]
+        if self.kind == "fc":
+            return int(self.attrs["weights"].size)
+        if self.kind == "conv":
+            w = self.attrs["weights"]
+            return int(out.size * w[0].size)
+        return int(out.size)
+
+
+@dataclass
+class Graph:
+    tensors: Dict[str, TensorInfo]
+    ops: List[Op]
+    input: str
+    output: str
+    model_hash: str = ""
+    source: str = ""
+
+    def storage_root(self) -> Dict[str, str]:
+        """Map each tensor to the tensor whose storage it uses (reshape outputs alias their input)."""
+        root = {self.input: self.input}
+        for op in self.ops:
+            if op.kind == "reshape":
+                root[op.output] = root.get(op.inputs[0], op.inputs[0])
+            else:
+                root[op.output] = op.output
+        return root
+
+    def weight_bytes(self) -> int:
+        return sum(op.param_bytes() for op in self.ops)
+
+    def summary(self) -> List[dict]:
+        rows = []
+        for op in self.ops:
+            t = self.tensors[op.output]
+            rows.append({"op": op.kind, "node": op.name, "output": list(t.shape),
+                         "macs": op.macs(self.tensors), "param_bytes": op.param_bytes()})
+        return rows
+
+
+def file_hash(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

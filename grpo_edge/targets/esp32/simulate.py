@@ -1,0 +1,144 @@
+"""Host simulation: compile the generated C with gcc, run it on test vectors, compare with the
+NumPy reference (bit for bit) and with onnxruntime's QDQ run (within 1 LSB per op).
+
+onnxruntime is run with graph optimizations DISABLED: its fused int8 kernels lose accuracy on CPUs
+without VNNI (see notes/toolchain-findings.md), and unfused QDQ is the model's own definition.
+"""
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import List, Sequence
+
+import numpy as np
+
+from grpo_edge.errors import TargetError
+
+from . import reference as R
+
+CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+OPT_LEVELS = {"O2": ["-O2"], "O0-novec": ["-O0", "-fno-tree-vectorize"]}
+
+
+def harness_c(models: Sequence) -> str:
+    """A host main(): for each model in order read int32 n, then n inputs; write n outputs to stdout."""
+    inc = "".join('#include "%s_model.h"\n' % g.prefix for g in models)
+    body = []
+    for g in models:
+        P_ = g.prefix.upper()
+        body.append(
+            "    if (fread(&n, sizeof n, 1, stdin) != 1) return 2;\n"
+            "    for (i = 0; i < n; ++i) {\n"
+            "        static int8_t x[%(P)s_INPUT_SIZE], y[%(P)s_OUTPUT_SIZE];\n"
+            "        if (fread(x, 1, sizeof x, stdin) != sizeof x) return 3;\n"
+            "        %(p)s_invoke(x, y);\n"
+            "        if (fwrite(y, 1, sizeof y, stdout) != sizeof y) return 4;\n"
+            "    }\n" % {"P": P_, "p": g.prefix})
+    return ("#include <stdio.h>\n#include <stdint.h>\n%s\nint main(void)\n{\n    int32_t n, i;\n%s    return 0;\n}\n"
+            % (inc, "".join(body)))
+
+
+def gcc() -> str:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise TargetError("host C compiler (gcc) not found: install gcc to simulate the generated C")
+    return cc
+
+
+def build_host(models: Sequence, workdir, opt="O2", extra=()) -> Path:
+    """Write sources for `models` (codegen.Generated) + harness into workdir, compile, return the binary."""
+    from .codegen import write
+    work = Path(workdir)
+    srcs = []
+    for g in models:
+        srcs.append(str(write(g, work)["source"]))
+    (work / "harness.c").write_text(harness_c(models))
+    exe = work / ("sim_" + opt)
+    cmd = [gcc()] + CFLAGS + OPT_LEVELS[opt] + list(extra) + ["-I", str(work), "-o", str(exe),
+                                                              str(work / "harness.c")] + srcs
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise TargetError("gcc failed on the generated C (%s): %s" % (opt, (r.stderr.strip().splitlines() or ["?"])[0]))
+    return exe
+
+
+def run_host(exe, models: Sequence, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """Run a harness binary; inputs[j] is (B, ...) int8 for models[j]. Returns outputs (B, out_size)."""
+    blob = b""
+    for g, x in zip(models, inputs):
+        x = np.ascontiguousarray(x, dtype=np.int8).reshape(len(x), -1)
+        blob += np.int32(len(x)).tobytes() + x.tobytes()
+    r = subprocess.run([str(exe)], input=blob, capture_output=True, timeout=300)
+    if r.returncode != 0:
+        raise TargetError("simulated model exited with code %d" % r.returncode)
+    outs, pos = [], 0
+    for g, x in zip(models, inputs):
+        n = len(x) * _out_size(g)
+        outs.append(np.frombuffer(r.stdout[pos:pos + n], dtype=np.int8).reshape(len(x), -1))
+        pos += n
+    return outs
+
+
+def _out_size(gen) -> int:
+    import re
+    m = re.search(r"_OUTPUT_SIZE (\d+)", gen.header)
+    return int(m.group(1))
+
+
+def host_check(graph, gen, x_int8: np.ndarray, opts=("O2", "O0-novec")) -> dict:
+    """Compile at each optimisation level, run on x_int8 (B, ...), compare with the reference."""
+    ref = R.run(graph, x_int8).reshape(len(x_int8), -1)
+    result = {"n_inputs": int(len(x_int8)), "builds": {}}
+    with tempfile.TemporaryDirectory(prefix="esp32sim_") as d:
+        for opt in opts:
+            exe = build_host([gen], d, opt)
+            y = run_host(exe, [gen], [x_int8])[0]
+            diff = int(np.abs(y.astype(np.int64) - ref).max()) if y.size else 0
+            result["builds"][opt] = {"bit_exact": bool(np.array_equal(y, ref)), "max_lsb": diff,
+                                     "mismatches": int((y != ref).sum())}
+    result["bit_exact"] = all(b["bit_exact"] for b in result["builds"].values())
+    return result
+
+
+# ----------------------------------------------------------------------------- onnxruntime
+
+def ort_session(onnx_path_or_bytes, extra_outputs=()):
+    import onnx
+    import onnxruntime as ort
+    m = onnx.load(str(onnx_path_or_bytes)) if not isinstance(onnx_path_or_bytes, bytes) else onnx.load_from_string(onnx_path_or_bytes)
+    have = {o.name for o in m.graph.output}
+    for n in extra_outputs:
+        if n not in have:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, None))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def ort_check(graph, onnx_path, x_float: np.ndarray) -> dict:
+    """Per op: our reference fed with ORT's own int8 inputs vs ORT's int8 output (max LSB).
+    End to end: reference on the quantized input vs ORT's quantized output."""
+    names = [t for t in graph.tensors if not any(t in op.attrs.get("constants", {}) for op in graph.ops)]
+    sess = ort_session(onnx_path, names)
+    in_name = sess.get_inputs()[0].name
+    B = len(x_float)
+    runs = [sess.run(names, {in_name: x_float[i:i + 1]}) for i in range(B)]
+    vals = {n: np.concatenate([r[j] for r in runs]) for j, n in enumerate(names)}
+    per_op = []
+    for op in graph.ops:
+        args = [vals[n] if n in vals else op.attrs["constants"][n] for n in op.inputs]
+        y = R.KERNELS[op.kind](*args, op.attrs).reshape(vals[op.output].shape)
+        d = np.abs(y.astype(np.int64) - vals[op.output].astype(np.int64))
+        per_op.append({"op": op.kind, "node": op.name, "max_lsb": int(d.max()), "frac_diff": float((d > 0).mean())})
+    ref = R.run(graph, vals[graph.input])
+    ort_out = vals[graph.output]
+    d = np.abs(ref.astype(np.int64) - ort_out.reshape(ref.shape).astype(np.int64))
+    out = {"per_op": per_op, "per_op_max_lsb": max(p["max_lsb"] for p in per_op),
+           "end_to_end_max_lsb": int(d.max()), "end_to_end_frac_diff": float((d > 0).mean()),
+           "input_quantization_matches": bool(np.array_equal(
+               vals[graph.input], R.quantize(x_float, graph.tensors[graph.input].scale,
+                                             graph.tensors[graph.input].zero_point)))}
+    if ref.shape[-1] > 1 and graph.ops[-1].kind != "argmax":
+        out["decision_agreement"] = float((ref.reshape(B, -1).argmax(1) == ort_out.reshape(B, -1).argmax(1)).mean())
+    return out
