@@ -192,6 +192,9 @@ class _DecodeStep(nn.Module):
     def __init__(self, model):
         super(_DecodeStep, self).__init__()
         self.model = model
+        # Mirror the model's mode without propagating: torch.onnx.export switches the wrapper (and so the
+        # model) to eval and afterwards restores the wrapper's mode, which must be the model's own.
+        self.training = model.training
 
     def forward(self, idx, past_keys, past_values, position):
         return self.model.forward_step(idx, past_keys, past_values, position)

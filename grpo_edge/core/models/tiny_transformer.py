@@ -198,6 +198,7 @@ class _Encoder(nn.Module):
     def __init__(self, model):
         super(_Encoder, self).__init__()
         self.model = model
+        self.training = model.training      # see micro_gpt._DecodeStep: export restores this mode
 
     def forward(self, src):
         return self.model.encode(src)[0]
@@ -209,6 +210,7 @@ class _DecoderStep(nn.Module):
     def __init__(self, model):
         super(_DecoderStep, self).__init__()
         self.model = model
+        self.training = model.training      # see micro_gpt._DecodeStep: export restores this mode
 
     def forward(self, memory, src, tgt_prefix):
         logits = self.model.decode(memory, padding_bias(src, self.model.pad_id), tgt_prefix)   # (B, T, V)
