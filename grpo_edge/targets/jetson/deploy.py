@@ -1,0 +1,305 @@
+"""deploy(source, profile, out_dir, options) -> Report for jetson-nano and jetson-orin-nano.
+
+    from grpo_edge.targets.jetson import deploy
+    report = deploy("runs/cartpole/checkpoint.pt", "jetson-nano", "out/nano", {"precision": "int8"})
+
+options: precision fp32|fp16|int8 (default fp16); trt_version (default: the profile's runtime line);
+calibration (array, {input: array}, or .npy/.npz path; default: the checkpoint's task); calib_samples
+(256); calib_method minmax|percentile; max_batch (8); dims {symbolic dim: [min, opt, max]};
+workspace_mb (256); evaluate (score simulated engines with the task metric, default True);
+build (build and time engines when tensorrt + CUDA are present, default True).
+"""
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.errors import TargetError
+from grpo_edge.report import Report, atomic_write_bytes, atomic_write_text
+
+TARGETS = ("jetson-nano", "jetson-orin-nano")
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+def _profile(profile) -> dict:
+    if isinstance(profile, str):
+        from grpo_edge.targets.profiles import load_profile
+        profile = load_profile(profile)
+    if not isinstance(profile, dict) or profile.get("name") not in TARGETS:
+        raise TargetError("the jetson target takes profile %s, got %r" % (" or ".join(TARGETS),
+                                                                            getattr(profile, "get", dict)().get("name")))
+    return profile
+
+
+def _trt_version(profile, options) -> str:
+    v = options.get("trt_version")
+    if not v:
+        m = re.search(r"TensorRT (\d+(?:\.\d+)+)", str(profile.get("runtime", "")))
+        if not m:
+            raise TargetError("profile %s names no TensorRT version; pass options trt_version" % profile["name"])
+        v = m.group(1)
+    if not re.match(r"^\d+\.\d+(\.\d+)*$", str(v)) or int(str(v).split(".")[0]) not in (8, 10):
+        raise TargetError("TensorRT version must be 8.x or 10.x (e.g. 8.2.1), got %r" % (v,))
+    return str(v)
+
+
+def _export(source, out: Path, opset: int):
+    """(list of (name, onnx path), checkpoint state or None, model or None, export info)."""
+    src = Path(source)
+    if not src.exists():
+        raise TargetError("source not found: %s" % src)
+    if src.suffix == ".onnx":
+        from grpo_edge.export.onnx_utils import load_onnx
+        model = load_onnx(src)
+        try:
+            import onnxslim
+            model, tool = onnxslim.slim(model), "onnxslim"
+        except Exception as e:  # simplifier missing or failed: keep the given graph
+            tool = "none (%s)" % type(e).__name__
+        atomic_write_bytes(out / "model.onnx", model.SerializeToString())
+        return [("model", out / "model.onnx")], None, None, {"simplified": tool, "source": "onnx"}
+    from grpo_edge.core.checkpoint import load_policy
+    from grpo_edge.export.torch2onnx import torch2onnx
+    model, state = load_policy(str(src))
+    info = torch2onnx(model, out / "model.onnx", batch_size=1, opset=opset)
+    graphs = [(k, Path(v["path"])) for k, v in info["files"].items()]
+    return graphs, state, model, info
+
+
+def _shape_ranges(spec_inputs, options):
+    """TensorRT min/opt/max shapes: a dim named like 'batch' -> 1/1/max_batch; other symbolic dims from
+    options['dims'] or 1/8/64; static dims fixed."""
+    max_batch = int(options.get("max_batch", 8))
+    dims = options.get("dims", {})
+    out = []
+    for spec in spec_inputs:
+        lo, opt, hi = [], [], []
+        for d in spec["shape"]:
+            if isinstance(d, int) and d > 0:
+                r = (d, d, d)
+            elif "batch" in str(d).lower():
+                r = (1, 1, max_batch)
+            else:
+                r = tuple(dims.get(str(d), (1, 8, 64)))
+            lo.append(int(r[0]))
+            opt.append(int(r[1]))
+            hi.append(int(r[2]))
+        out.append({"name": spec["name"], "dtype": spec["dtype"], "min": lo, "opt": opt, "max": hi})
+    return out
+
+
+def _feeds(arr_by_input: dict, batch: int):
+    n = min(len(v) for v in arr_by_input.values())
+    return [{k: np.ascontiguousarray(v[i:i + batch]) for k, v in arr_by_input.items()} for i in range(0, n, batch)]
+
+
+def _random_inputs(ranges, n, vocab, rng):
+    out = {}
+    for r in ranges:
+        shape = [n] + list(r["opt"][1:])
+        if r["dtype"].startswith("float"):
+            out[r["name"]] = rng.standard_normal(shape).astype(r["dtype"])
+        else:
+            out[r["name"]] = rng.integers(0, max(int(vocab), 2), size=shape).astype(r["dtype"])
+    return out
+
+
+def _calibration(options, ranges, task, model, n):
+    """{input name: array (n, ...)} from options['calibration'] or the task, or None."""
+    c = options.get("calibration")
+    names = [r["name"] for r in ranges]
+    if isinstance(c, (str, Path)):
+        p = Path(c)
+        if not p.is_file():
+            raise TargetError("calibration file not found: %s" % p)
+        c = dict(np.load(str(p))) if p.suffix == ".npz" else np.load(str(p))
+    if c is None and task is not None:
+        try:
+            c = task.calibration_inputs(n, policy=model)
+        except TypeError:
+            c = task.calibration_inputs(n)
+    if c is None:
+        return None
+    if not isinstance(c, dict):
+        c = {names[0]: np.asarray(c)}
+    missing = [k for k in names if k not in c]
+    if missing:
+        raise TargetError("calibration data has no values for input(s) %s (have %s)" % (", ".join(missing), ", ".join(c)))
+    return {k: np.asarray(c[k])[:n].astype(r["dtype"]) for k, r in zip(names, ranges)}
+
+
+def _task(state):
+    if not state or not state.get("task"):
+        return None
+    try:
+        from grpo_edge.tasks import get_task
+        return get_task(state["task"], (state.get("config") or {}).get("task"), seed=0)
+    except Exception:  # task needs an optional package, or is a user task that is not importable here
+        return None
+
+
+def _kept(ref: float, sim: float) -> float:
+    """Fraction of the fp32 metric a simulation keeps (works for negative returns too)."""
+    if ref == sim:
+        return 1.0
+    if ref > 0:
+        return sim / ref
+    return ref / sim if sim < 0 else 0.0
+
+
+def deploy(source, profile, out_dir, options=None) -> Report:
+    """Write everything a Jetson needs to build and run `source` (checkpoint or ONNX) with TensorRT,
+    plus report.json/.md; returns the Report. Raises TargetError on an op TensorRT cannot import."""
+    from grpo_edge.targets.jetson import calib_cache, estimate, opcheck, quantize, simulate
+    from grpo_edge.targets.jetson.scripts import write_scripts
+    from grpo_edge.export.onnx_utils import count_macs, io_specs, opset_of
+    import onnx
+
+    options = dict(options or {})
+    profile = _profile(profile)
+    precision = options.get("precision", "fp16")
+    if precision not in PRECISIONS:
+        raise TargetError("precision must be one of %s, got %r" % ("|".join(PRECISIONS), precision))
+    trt_version = _trt_version(profile, options)
+    trt_major = int(trt_version.split(".")[0])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rep = Report(title="Jetson deploy: %s" % Path(source).name, target=profile["name"])
+    opset = 13 if trt_major < 10 else 17   # TensorRT 8.2 documents ops up to opset 13
+    graphs, state, model, export_info = _export(source, out, opset)
+    task = _task(state)
+    rng = np.random.default_rng(0)
+    vocab = (state or {}).get("model_config", {}).get("vocab_size", 2)
+    cfg_graphs, op_rows, numerics, problems, notes = [], [], [], [], []
+    sims = {}
+    for gname, path in graphs:
+        m = onnx.load(str(path))
+        check = opcheck.check_ops(m, trt_version)
+        problems += check["problems"]
+        notes += check["warnings"]
+        op_rows += [dict(r, graph=gname) for r in check["ops"]]
+        ranges = _shape_ranges(io_specs(m, "input"), options)
+        n_cal = int(options.get("calib_samples", 256))
+        calib = _calibration(options, ranges, task, model, n_cal) if len(graphs) == 1 else None
+        evalx = calib if calib is not None else _random_inputs(ranges, 64, vocab, rng)
+        batch = 1 if any(r["max"][0] == 1 for r in ranges) else 32
+        feeds = _feeds(evalx, batch)
+        ref_sess = simulate.session(m)
+        ref = simulate.run_all(ref_sess, feeds)
+        rows = min(8, len(next(iter(evalx.values()))))
+        sample = {"in:" + k: v[:rows] for k, v in evalx.items()}
+        s_out = simulate.run_all(ref_sess, _feeds({k: v[:rows] for k, v in evalx.items()}, batch))
+        for j, o in enumerate(ref_sess.get_outputs()):
+            sample["ref:" + o.name] = np.concatenate([r[j] for r in s_out])
+        _save_npz(out / ("sample.%s.npz" % gname), sample)
+        entry = {"name": gname, "onnx": path.name, "opset": opset_of(m), "inputs": ranges,
+                 "engine": "%s.{precision}.engine" % path.stem, "sample": "sample.%s.npz" % gname}
+        gsims = {"fp32": ref_sess}
+        row = {"graph": gname, "inputs": "calibration/task data" if calib is not None else "random",
+               "batches": len(feeds)}
+        if precision == "fp16":
+            gsims["fp16"] = simulate.session(simulate.fp16_model(m))
+            numerics.append(dict(row, engine="fp16 (onnxruntime float16)", **simulate.compare(ref, simulate.run_all(gsims["fp16"], feeds))))
+        if precision == "int8":
+            if calib is None:
+                raise TargetError("int8 needs calibration data for graph %s: pass options calibration "
+                                  "(array, {input: array} or .npy/.npz)" % gname)
+            amax = quantize.collect_amax(m, _feeds(calib, batch), method=options.get("calib_method", "minmax"))
+            cache_ver = calib_cache.trt_version_int(trt_version if trt_major < 10 else "8.2.1")
+            cache_path = out / ("%s.calib.cache" % path.stem)
+            calib_cache.write_calib_cache(cache_path, quantize.scales_from_amax(amax), cache_ver)
+            cache = calib_cache.read_calib_cache(cache_path)   # the simulation uses the file as written
+            qdq_path = out / ("%s.int8.qdq.onnx" % path.stem)
+            quantize.qdq_model(path, qdq_path, _feeds(calib, batch), cache.scales)
+            qcheck = opcheck.check_ops(onnx.load(str(qdq_path)), trt_version)
+            problems += ["Q/DQ model: " + p for p in qcheck["problems"]]
+            entry.update(onnx_qdq=qdq_path.name, calib_cache=cache_path.name)
+            gsims["int8-cache"] = simulate.session(quantize.fake_quant_model(m, cache.scales))
+            gsims["int8-qdq"] = simulate.session(str(qdq_path))
+            for key, label in (("int8-cache", "int8, calibration cache (TensorRT 8)"),
+                               ("int8-qdq", "int8, Q/DQ ONNX (TensorRT >= 10.1)")):
+                numerics.append(dict(row, engine=label + (" <- this device" if (key == "int8-qdq") == (trt_major >= 10) else ""),
+                                     **simulate.compare(ref, simulate.run_all(gsims[key], feeds))))
+            rep.sections.setdefault("calibration", []).append(
+                {"graph": gname, "tensors": len(cache.scales), "method": options.get("calib_method", "minmax"),
+                 "samples": len(next(iter(calib.values()))), "cache": cache_path.name,
+                 "header": "TRT-%d-%s" % (cache.version, cache.algorithm)})
+        sims[gname] = gsims
+        macs = count_macs(m, batch=1)
+        est = estimate.estimate(m, profile, precision, macs)
+        entry["estimate"] = est["parts"]
+        cfg_graphs.append(entry)
+        key = "" if len(graphs) == 1 else "." + gname
+        rep.add("latency%s" % key, est["latency_s"] * 1e3, "ms", "estimated", est["latency_source"])
+        rep.add("energy_per_inference%s" % key, est["energy_j"] * 1e3, "mJ", "estimated", est["energy_source"])
+        rep.add("macs%s" % key, macs, "MAC", "exact", "count_macs on the ONNX graph, batch 1")
+
+    if problems:
+        rep.sections["op check"] = op_rows
+        rep.notes += problems
+        rep.write(out)
+        raise TargetError("%s (and %d more; see %s)" % (problems[0], len(problems) - 1, out / "report.md")
+                          if len(problems) > 1 else "%s (see %s)" % (problems[0], out / "report.md"))
+    rep.sections["op check"] = op_rows
+    rep.sections["numerics (host simulation vs fp32 ONNX)"] = numerics
+    if task is not None and len(graphs) == 1 and options.get("evaluate", True) and precision != "fp32":
+        rep.sections["task metric (host simulation)"] = _metric_rows(task, sims[graphs[0][0]])
+    if precision == "int8" and profile["name"] == "jetson-nano":
+        notes.append("Jetson Nano (Maxwell, sm_53) has no fast int8 (no DP4A / int8 tensor cores): TensorRT "
+                     "reports platform_has_fast_int8 False and runs int8-requested layers in fp16/fp32; "
+                     "the latency estimate uses the fp16 rate. fp16 is the fast precision on the Nano.")
+    if precision == "int8":
+        notes.append("One calibration for both int8 files: our own %s pass over the calibration inputs gives "
+                     "amax per tensor; cache scale = amax/127; the Q/DQ model's activation scales are set to the "
+                     "same values. The cache header names TensorRT %s and IInt8EntropyCalibrator2 (the class "
+                     "trtexec and build_engine.py read it with), not the range method."
+                     % (options.get("calib_method", "minmax"), trt_version if trt_major < 10 else "8.2.1"))
+    stamp = "generated by grpo-edge deploy (target %s, precision %s, model sha256 %s); do not edit" % (
+        profile["name"], precision, hashlib.sha256(graphs[0][1].read_bytes()).hexdigest()[:12])
+    cfg = {"target": profile["name"], "display_name": profile.get("display_name", profile["name"]),
+           "runtime": profile.get("runtime", ""), "trt_version": trt_version,
+           "cache_trt_version": trt_version if trt_major < 10 else "8.2.1", "precision": precision,
+           "model": Path(source).name, "workspace_mb": int(options.get("workspace_mb", 256)), "graphs": cfg_graphs}
+    atomic_write_text(out / "deploy.json", json.dumps(cfg, indent=2))
+    files = write_scripts(out, cfg, stamp, notes)
+    rep.sections["files"] = sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith("."))
+    rep.sections["export"] = {k: v for k, v in export_info.items() if k != "files"}
+    rep.notes += notes + [
+        "Numerics are simulated on the host with onnxruntime (graph optimizations off); latency and energy are "
+        "estimates from the profile. Measure on the device with run_engine.py (results.*.json).",
+        "Reference outputs in sample.*.npz come from the fp32 ONNX, which torch2onnx checked against the "
+        "checkpoint (max_abs_diff in the export section)."]
+    if options.get("build", True):
+        from grpo_edge.targets.jetson.device import build_and_measure
+        measured = build_and_measure(out, cfg)
+        if measured is not None:
+            rep.sections["on-device"] = measured["rows"]
+            for k, f in measured["figures"].items():
+                rep.add(k, *f)
+    rep.write(out)
+    del files
+    return rep
+
+
+def _metric_rows(task, gsims):
+    """The task's own metric for the fp32 ONNX and each simulated engine (control and image tasks)."""
+    from grpo_edge.targets.jetson.simulate import onnx_policy
+    rows = []
+    base = None
+    for key, sess in gsims.items():
+        res = task.evaluate(onnx_policy(sess))
+        val = float(res[task.metric_name])
+        if key == "fp32":
+            base = val
+        rows.append({"engine": key, task.metric_name: val, "kept_vs_fp32": _kept(base, val),
+                     "meets_99pct": _kept(base, val) >= 0.99})
+    return rows
+
+
+def _save_npz(path, arrays):
+    import io
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())

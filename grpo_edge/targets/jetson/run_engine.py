@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Load a TensorRT engine, check it against the checkpoint's outputs, time it, sample power.
+
+    python3 run_engine.py                         # every graph of deploy.json at its precision
+    python3 run_engine.py --iters 1000 --no-tegrastats
+
+Buffers and the CUDA stream come from torch (installed anyway for training on the device: JetPack 4.6's
+NVIDIA wheel is torch 1.10; JetPack 6 ships torch 2.x); no pycuda / cuda-python needed.
+TensorRT APIs: 8.x uses bindings (get_binding_*, set_binding_shape, execute_async_v2); 10.x uses named
+I/O tensors (get_tensor_*, set_input_shape, set_tensor_address, execute_async_v3). Python 3.6+.
+Writes results.<graph>.<precision>.json next to deploy.json.
+Copied verbatim from grpo_edge/targets/jetson/run_engine.py by `grpo-edge deploy`; no grpo_edge import.
+THIS FILE IS NOT TESTED AGAINST TENSORRT where it was written (TensorRT cannot be installed there).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+INPUT_RAIL = re.compile(r"(?<!\S)(VDD_IN|POM_5V_IN) (\d+)(?:mW)?/(\d+)")
+
+
+class PowerSampler(object):
+    """`tegrastats --interval N` in the background; keeps (time, board input mW) pairs."""
+
+    def __init__(self, interval_ms=100):
+        self.interval_ms = interval_ms
+        self.samples = []
+        self.proc = None
+
+    def __enter__(self):
+        exe = shutil.which("tegrastats")
+        if exe:
+            self.proc = subprocess.Popen([exe, "--interval", str(self.interval_ms)], stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, universal_newlines=True)
+            threading.Thread(target=self._read, daemon=True).start()
+        self.t0 = time.monotonic()
+        return self
+
+    def _read(self):
+        for line in self.proc.stdout:
+            m = INPUT_RAIL.search(line)
+            if m:
+                self.samples.append((time.monotonic(), m.group(1), int(m.group(2))))
+
+    def __exit__(self, *exc):
+        self.t1 = time.monotonic()
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+        return False
+
+    def mean_mw(self):
+        inside = [mw for t, _, mw in self.samples if self.t0 <= t <= self.t1]
+        return (sum(inside) / len(inside), len(inside), self.samples[0][1]) if inside else (None, 0, None)
+
+
+def _torch_dtype(torch, trt, dt):
+    table = {trt.float32: torch.float32, trt.float16: torch.float16, trt.int32: torch.int32, trt.int8: torch.int8,
+             trt.bool: torch.bool}
+    if hasattr(trt, "int64"):
+        table[trt.int64] = torch.int64
+    return table[dt]
+
+
+class Engine(object):
+    """One engine + execution context; __call__(dict of numpy arrays) -> dict of numpy arrays."""
+
+    def __init__(self, path):
+        import tensorrt as trt
+        import torch
+        self.trt, self.torch = trt, torch
+        logger = trt.Logger(trt.Logger.WARNING)
+        with open(path, "rb") as f:
+            self.engine = trt.Runtime(logger).deserialize_cuda_engine(f.read())
+        if self.engine is None:
+            raise SystemExit("cannot load %s (built by another TensorRT version or device?)" % path)
+        self.context = self.engine.create_execution_context()
+        self.v10 = hasattr(self.engine, "num_io_tensors")
+        if self.v10:
+            names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+            self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+            self.outputs = [n for n in names if n not in self.inputs]
+        else:
+            names = [self.engine.get_binding_name(i) for i in range(self.engine.num_bindings)]
+            self.inputs = [n for i, n in enumerate(names) if self.engine.binding_is_input(i)]
+            self.outputs = [n for n in names if n not in self.inputs]
+        self.names = names
+        self.stream = torch.cuda.Stream()
+        self.buffers = {}
+
+    def _dtype(self, name):
+        e = self.engine
+        dt = e.get_tensor_dtype(name) if self.v10 else e.get_binding_dtype(e.get_binding_index(name))
+        return _torch_dtype(self.torch, self.trt, dt)
+
+    def prepare(self, feed):
+        """Copy inputs to the GPU, set shapes, allocate outputs; later calls to run() reuse the buffers."""
+        torch = self.torch
+        for name in self.inputs:
+            self.buffers[name] = torch.as_tensor(feed[name]).to(device="cuda", dtype=self._dtype(name)).contiguous()
+            shape = tuple(self.buffers[name].shape)
+            if self.v10:
+                self.context.set_input_shape(name, shape)
+            else:
+                self.context.set_binding_shape(self.engine.get_binding_index(name), shape)
+        for name in self.outputs:
+            shape = (self.context.get_tensor_shape(name) if self.v10
+                     else self.context.get_binding_shape(self.engine.get_binding_index(name)))
+            self.buffers[name] = torch.empty(tuple(shape), dtype=self._dtype(name), device="cuda")
+        if self.v10:
+            for name in self.names:
+                self.context.set_tensor_address(name, self.buffers[name].data_ptr())
+        self.bindings = [self.buffers[n].data_ptr() for n in self.names]
+
+    def run(self):
+        if self.v10:
+            ok = self.context.execute_async_v3(self.stream.cuda_stream)
+        else:
+            ok = self.context.execute_async_v2(self.bindings, self.stream.cuda_stream)
+        if not ok:
+            raise SystemExit("TensorRT execution failed")
+
+    def __call__(self, feed):
+        self.prepare(feed)
+        self.run()
+        self.stream.synchronize()
+        return {n: self.buffers[n].float().cpu().numpy() for n in self.outputs}
+
+
+def benchmark(engine, feed, iters=500, warmup=50, tegrastats=True):
+    """Latency of one engine run (enqueue + sync, inputs already on the GPU): median / p90 / mean seconds."""
+    engine.prepare(feed)
+    for _ in range(warmup):
+        engine.run()
+    engine.stream.synchronize()
+    times = []
+    sampler = PowerSampler(100) if tegrastats else None
+    if sampler:
+        sampler.__enter__()
+    try:
+        t_start = time.perf_counter()
+        while len(times) < iters or (sampler and sampler.proc and time.perf_counter() - t_start < 1.0):
+            t0 = time.perf_counter()
+            engine.run()
+            engine.stream.synchronize()
+            times.append(time.perf_counter() - t0)
+    finally:
+        if sampler:
+            sampler.__exit__()
+    times.sort()
+    out = {"iters": len(times), "median_s": times[len(times) // 2], "p90_s": times[int(len(times) * 0.9)],
+           "mean_s": sum(times) / len(times)}
+    if sampler:
+        mw, n, rail = sampler.mean_mw()
+        out.update(power_samples=n, power_rail=rail)
+        if mw is not None:
+            out.update(power_mw_mean=mw, energy_j=mw / 1000.0 * out["median_s"])
+    return out
+
+
+def check(engine, sample):
+    """Run the engine on the saved sample inputs; max |engine - reference| per output."""
+    import numpy as np
+    feed = {k[3:]: sample[k] for k in sample.files if k.startswith("in:")}
+    rows = [engine({k: v[i:i + 1] for k, v in feed.items()}) for i in range(len(next(iter(feed.values()))))]
+    got = {n: np.concatenate([r[n] for r in rows]) for n in engine.outputs}
+    return {n: float(np.max(np.abs(got[n].astype(np.float64) - sample["ref:" + n].astype(np.float64))))
+            for n in engine.outputs if ("ref:" + n) in sample.files}
+
+
+def main(argv=None):
+    import numpy as np
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="deploy.json")
+    ap.add_argument("--precision", choices=["fp32", "fp16", "int8"], default=None)
+    ap.add_argument("--iters", type=int, default=500)
+    ap.add_argument("--no-tegrastats", action="store_true")
+    a = ap.parse_args(argv)
+    folder = os.path.dirname(os.path.abspath(a.config))
+    with open(a.config) as f:
+        cfg = json.load(f)
+    precision = a.precision or cfg["precision"]
+    for g in cfg["graphs"]:
+        path = os.path.join(folder, g["engine"].replace("{precision}", precision))
+        engine = Engine(path)
+        sample = np.load(os.path.join(folder, g["sample"]))
+        errors = check(engine, sample)
+        feed = {k[3:]: sample[k][:1] for k in sample.files if k.startswith("in:")}
+        bench = benchmark(engine, feed, a.iters, tegrastats=not a.no_tegrastats)
+        res = {"graph": g["name"], "precision": precision, "engine": path, "max_abs_err": errors,
+               "latency": bench}
+        out = os.path.join(folder, "results.%s.%s.json" % (g["name"], precision))
+        with open(out, "w") as f:
+            json.dump(res, f, indent=2)
+        print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
