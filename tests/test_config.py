@@ -1,0 +1,74 @@
+"""Config loading: precedence, validation messages, the seed's spellings."""
+import pytest
+import yaml
+
+from grpo_edge.config import load_config, parse_overrides
+from grpo_edge.errors import ConfigError
+
+
+def test_precedence_defaults_yaml_set(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump({"training": {"batch_size": 16, "lr": 0.01}, "task": {"name": "cartpole"}}))
+    cfg = load_config(p, overrides=["training.lr=0.5"])
+    assert cfg.training.batch_size == 16          # YAML over default
+    assert cfg.training.lr == 0.5                 # --set over YAML
+    assert cfg.training.adam_beta2 == 0.99        # default
+    assert cfg.model["arch"] == "mlp"             # the task's default architecture
+
+
+def test_seed_document_shape_and_path():
+    cfg = load_config("config/tiny_transformer.yaml")   # the seed's spelling of configs/tiny_transformer.yaml
+    assert cfg.model == {"arch": "tiny-transformer", "d_model": 128, "nhead": 4, "num_layers": 4}
+    assert cfg.training.batch_size == 32 and cfg.training.grad_norm_clip == 0.8
+
+
+@pytest.mark.parametrize("data,overrides,message", [
+    ({"training": {"batch_szie": 3}}, [], "unknown key training.batch_szie (did you mean 'batch_size'?)"),
+    ({"grpo": {"clip_eps": "wide"}}, [], "grpo.clip_eps must be a number"),
+    ({"grpo": {"group_size": 1}}, [], "grpo.group_size must be in [2, inf]"),
+    ({"grpo": {"loss_type": "dapoo"}}, [], "did you mean 'dapo'"),
+    ({"model": {"arch": "mlp", "nhead": 4}}, [], "unknown key model.nhead for arch mlp"),
+    ({"model": {"arch": "gpt5"}}, [], "model.arch must be one of"),
+    ({"task": {"name": "cartpol"}}, [], "did you mean 'cartpole'"),
+    ({"task": {"name": "cartpole", "max_stepz": 3}}, [], "unknown key task.max_stepz"),
+    ({"trainin": {}}, [], "unknown config section 'trainin'"),
+    ({}, ["training.steps=abc"], "training.steps must be an integer"),
+    ({}, ["steps=3"], "--set key must be <section>.<key>"),
+    ({"grpo": {"clip_eps": 0.3, "clip_eps_high": 0.2}}, [], "clip_eps_high (0.2) is below"),
+    ({"training": {"batch_size": 4, "minibatch_size": 12}, "grpo": {"group_size": 8}}, [], "must divide"),
+    ({"grpo": {"algo": "ppo", "grad_penalty_lambda": 0.3}}, [], "applies to algo grpo only"),
+])
+def test_errors_name_the_key(data, overrides, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(data=data, overrides=overrides)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_and_invalid_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+
+
+def test_aliases_from_other_frameworks():
+    cfg = load_config(data={"grpo": {"num_generations": 4, "epsilon_high": 0.28}, "task": {"name": "cartpole"}})
+    assert cfg.grpo.group_size == 4 and cfg.grpo.clip_eps_high == 0.28
+    cfg = load_config(data={"model": {"arch": "micro-gpt", "nhead": 4, "num_layers": 2}, "task": {"name": "cartpole"}})
+    assert cfg.model["n_head"] == 4 and cfg.model["n_layer"] == 2
+
+
+def test_parse_overrides_types():
+    assert parse_overrides(["training.amp=true", "grpo.beta=0.04", "task.name=digits"]) == {
+        "training": {"amp": True}, "grpo": {"beta": 0.04}, "task": {"name": "digits"}}
+
+
+def test_every_recipe_loads(root):
+    import pathlib
+    recipes = sorted(pathlib.Path(root, "configs").glob("*.yaml"))
+    assert recipes
+    for p in recipes:
+        load_config(p)

@@ -1,0 +1,189 @@
+"""The trainer on real tasks: learning, exact resume, PPO mode, checkpoints, CLI end to end."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
+from grpo_edge.errors import CheckpointError
+from grpo_edge.trainer import GRPOTrainer
+
+CARTPOLE = {"task": {"name": "cartpole", "eval_episodes": 10},
+            "training": {"steps": 4, "batch_size": 2, "lr": 3e-3, "lr_scaling": "none", "eval_every": 2, "save_every": 1},
+            "grpo": {"group_size": 4, "num_iterations": 2}}
+
+
+def _params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_resume_is_exact(tmp_path):
+    """2N steps in one go == N steps, then --resume for N more (CPU)."""
+    full = GRPOTrainer(config=CARTPOLE, save_dir=tmp_path / "full", progress=False)
+    full.train()
+    half_cfg = {**CARTPOLE, "training": {**CARTPOLE["training"], "steps": 2}}
+    GRPOTrainer(config=half_cfg, save_dir=tmp_path / "half", progress=False).train()
+    resumed = GRPOTrainer(config=CARTPOLE, save_dir=tmp_path / "half", resume=True, progress=False)
+    assert resumed.step == 2
+    resumed.train()
+    assert resumed.step == 4
+    assert torch.equal(_params(full.policy), _params(resumed.policy))
+    lines = [json.loads(x) for x in (tmp_path / "half" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1, 2, 3, 4]
+
+
+def test_run_folder_contents(tmp_path):
+    tr = GRPOTrainer(config=CARTPOLE, save_dir=tmp_path, progress=False)
+    summary = tr.train()
+    for name in ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "curves.png", "summary.json"):
+        assert (tmp_path / name).exists(), name
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["metric"] == "return" and s["steps"] == 4 and s["env_steps"] > 0 and s["wall_seconds"] > 0
+    assert summary["final_return"] == s["final_return"]
+    m = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    for key in ("reward_mean", "loss", "grad_norm", "frac_zero_std", "clip_frac", "entropy", "steps_per_s",
+                "samples_per_s", "peak_memory_mb"):
+        assert key in m, key
+    model, state = load_policy(tmp_path / "best.pt")      # self-describing: no other file needed
+    assert state["task_meta"]["obs_dim"] == 4
+    with torch.no_grad():
+        assert model(torch.zeros(1, 4)).shape == (1, 2)
+
+
+def test_cartpole_learns():
+    """A few seconds of GRPO: sampled return x3 over the first batch, greedy return >= 300."""
+    cfg = {"task": {"name": "cartpole", "eval_episodes": 20},
+           "training": {"steps": 12, "batch_size": 4, "lr": 3e-3, "lr_scaling": "none", "eval_every": 0, "seed": 1},
+           "grpo": {"group_size": 8, "num_iterations": 4, "advantage": "reward_to_go"}}
+    tr = GRPOTrainer(config=cfg, progress=False)
+    tr.train()
+    first, last = tr.history[0]["reward_mean"], tr.history[-1]["reward_mean"]
+    after = tr.evaluate()["return"]
+    assert last > 3 * first and after >= 300, (first, last, after)
+
+
+def test_digits_and_ppo_mode_step():
+    tr = GRPOTrainer(config={"task": {"name": "digits"}, "training": {"steps": 2, "batch_size": 8},
+                             "grpo": {"group_size": 4}}, progress=False)
+    m = tr.train_step()
+    assert 0.0 <= m["reward_mean"] <= 1.0
+    ppo = GRPOTrainer(config={**CARTPOLE, "grpo": {"algo": "ppo", "group_size": 4}}, progress=False)
+    m = ppo.train_step()
+    assert "value_loss" in m and m["value_loss"] > 0
+
+
+def test_grad_penalty_in_trainer_changes_update():
+    def one_step(lam):
+        tr = GRPOTrainer(config={**CARTPOLE, "grpo": {"group_size": 4, "grad_penalty_lambda": lam}}, progress=False)
+        tr.train_step()
+        return _params(tr.policy)
+    assert not torch.allclose(one_step(0.0), one_step(0.5))
+
+
+def test_bad_checkpoints(tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError, match="not a readable grpo-edge checkpoint"):
+        load_checkpoint(bad)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(2)}, other)
+    with pytest.raises(CheckpointError, match="not a grpo-edge checkpoint"):
+        load_checkpoint(other)
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_checkpoint_write_is_atomic(tmp_path):
+    """A failing write leaves the previous checkpoint intact and no temp files behind."""
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"arch": "mlp", "model_config": {}, "model": {}, "step": 1})
+
+    class Boom:
+        def __reduce__(self):
+            raise RuntimeError("disk full")
+    with pytest.raises(Exception):
+        save_checkpoint(path, {"arch": "mlp", "model_config": {}, "model": {}, "step": 2, "x": Boom()})
+    assert load_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "grpo_edge.cli.main", *args], capture_output=True, text=True,
+                          timeout=kw.get("timeout", 300), cwd=kw.get("cwd"))
+
+
+def test_cli_end_to_end(tmp_path):
+    run = tmp_path / "run"
+    r = _cli("train", "--config", "configs/cartpole.yaml", "--save-dir", str(run), "--quiet", "--set", "training.steps=2",
+             "--set", "training.eval_n=5", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert "done: cartpole return" in r.stdout
+    r = _cli("eval", str(run / "last.pt"), "--n", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n"] == 3
+    r = _cli("tasks")
+    assert r.returncode == 0 and "cartpole" in r.stdout and "digits" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["train", "--set", "training.batch_szie=3"], "error: unknown key training.batch_szie (did you mean 'batch_size'?)"),
+    (["train", "--config", "nope.yaml"], "error: config file not found: nope.yaml (built-in recipes:"),
+    (["eval", "missing.pt"], "error: checkpoint not found: missing.pt"),
+    (["train", "--data-path", "/no/such/path"], "error: --data-path /no/such/path does not exist"),
+])
+def test_cli_bad_input_is_one_line(args, needle):
+    r = _cli(*args)
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith(needle) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_kill_during_training_leaves_a_valid_checkpoint(tmp_path):
+    """SIGKILL at a random moment: last.pt stays loadable and --resume continues."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "grpo_edge.cli.main", "train", "--save-dir", str(run), "--quiet",
+           "--set", "training.steps=500", "--set", "training.save_every=1", "--set", "training.eval_every=0",
+           "--set", "training.target_metric=null"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "last.pt").exists():
+        time.sleep(0.2)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    state = load_checkpoint(run / "last.pt")
+    assert state["step"] >= 1
+    r = _cli("train", "--save-dir", str(run), "--quiet", "--resume", "--set", "training.steps=%d" % (state["step"] + 1),
+             "--set", "training.eval_n=3")
+    assert r.returncode == 0, r.stderr
+    assert load_checkpoint(run / "last.pt")["step"] == state["step"] + 1
+
+
+def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "grpo_edge.cli.main", "train", "--save-dir", str(run), "--quiet",
+           "--set", "training.steps=500", "--set", "training.save_every=1000", "--set", "training.eval_every=0",
+           "--set", "training.target_metric=null"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "metrics.jsonl").exists():   # at least one step done
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130
+    assert "interrupted: saved" in err and "Traceback" not in err
+    assert load_checkpoint(run / "last.pt")["step"] >= 1
+
+
+def test_core_is_python36_compatible(root):
+    vermin = os.path.join(os.path.dirname(sys.executable), "vermin")
+    if not os.path.exists(vermin):
+        pytest.skip("vermin not installed (pip install vermin)")
+    r = subprocess.run([vermin, "-t=3.6-", "--no-tips", "--violations", "--eval-annotations",
+                        os.path.join(root, "grpo_edge", "core")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
