@@ -77,7 +77,7 @@ def weight_bytes(model, precision: str) -> int:
 
 def estimate(model, profile: dict, precision: str, macs: int) -> dict:
     """{'latency_s', 'latency_source', 'energy_j', 'energy_source', 'parts'} for one batch-1 inference."""
-    from grpo_edge.targets.profiles import estimate_energy
+    from grpo_edge.targets.profiles import estimate_energy, figure_source
     g = GPU_MODEL.get(profile["name"])
     if g is None:
         raise TargetError("no Jetson GPU model for profile %r (have %s)" % (profile["name"], ", ".join(GPU_MODEL)))
@@ -91,6 +91,7 @@ def estimate(model, profile: dict, precision: str, macs: int) -> dict:
            "peak: %s; %s" % (profile["name"], precision, g["host_overhead_s"], kernels, g["per_kernel_s"], macs,
                              peak, g["efficiency"], wb, g["bandwidth_Bps"], peak_src, g["why"]))
     e = estimate_energy(profile, latency, "the latency estimate above")
-    return {"latency_s": latency, "latency_source": src, "energy_j": e["value"], "energy_source": e["source"],
+    e_src = "%s; power figure: %s" % (e["source"], figure_source(profile, "active_power_w"))
+    return {"latency_s": latency, "latency_source": src, "energy_j": e["value"], "energy_source": e_src,
             "parts": {"host_s": g["host_overhead_s"], "kernels": kernels, "kernel_s": kernels * g["per_kernel_s"],
                       "compute_s": compute_s, "memory_s": memory_s, "macs": int(macs), "weight_bytes": wb}}
