@@ -136,9 +136,8 @@ def _load_calibration(calibration, specs):
             keys = [k for k in loaded.files if not k.startswith("__")]   # __meta__: how the set was made
             if all(k in keys for k in names):
                 arrays = {k: loaded[k] for k in names}
-            elif len(names) == 1 and len(keys) >= 1:
-                key = "inputs" if "inputs" in keys else keys[0]
-                arrays = {names[0]: loaded[key]}
+            elif len(names) == 1 and (len(keys) == 1 or "inputs" in keys):
+                arrays = {names[0]: loaded["inputs" if "inputs" in keys else keys[0]]}
             else:
                 raise ExportError("%s holds arrays %s; the model needs %s" % (path, keys, names))
         return arrays, str(path)
