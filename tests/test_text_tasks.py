@@ -8,7 +8,7 @@ import torch
 
 from grpo_edge.core.models import build_model
 from grpo_edge.core.tokenizer import EOS, PAD, CharTokenizer
-from grpo_edge.data.bilingual import BilingualPairLoader, split_pairs
+from grpo_edge.data.bilingual import BilingualPairLoader, has_cjk, split_pairs
 from grpo_edge.data.zh_numbers import int_to_en, int_to_zh, number_pairs, zh_to_int
 from grpo_edge.errors import ConfigError, GrpoEdgeError
 from grpo_edge.tasks.arithmetic import ArithmeticTask
@@ -207,8 +207,6 @@ def test_loader_bad_files(tmp_path):
     (tmp_path / "keys.jsonl").write_text('{"a": "一", "b": "one"}\n', encoding="utf-8")
     with pytest.raises(GrpoEdgeError, match=r"keys.jsonl:1: expected keys"):
         BilingualPairLoader(data_path=str(tmp_path / "keys.jsonl"))
-    with pytest.raises(GrpoEdgeError, match="not implemented"):
-        BilingualPairLoader(augment=True, mono_path=str(tmp_path / "mono.txt"))
     with pytest.raises(GrpoEdgeError, match="mono_path is only used"):
         BilingualPairLoader(mono_path=str(tmp_path / "mono.txt"))
     with pytest.raises(GrpoEdgeError, match="built-in pairs are zh<->en"):
@@ -342,3 +340,40 @@ def test_registry_defaults_cover_every_key():
         assert isinstance(task, cls) and task.eval_size == 10
         assert set(task_defaults(name)) >= {"rewards", "reward", "reward_errors", "temperature", "eval_size",
                                             "max_new_tokens", "split_seed", "test_fraction"}
+
+
+# --- back-translation ---------------------------------------------------------------------------
+TINY_REVERSE = {"d_model": 32, "nhead": 2, "num_layers": 1, "dim_feedforward": 64}
+
+
+def test_back_translation_adds_pairs_in_the_right_direction(tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("\n".join("%s\t%s" % (int_to_zh(i), int_to_en(i)) for i in range(60) if i % 3), encoding="utf-8")
+    mono = tmp_path / "mono.txt"
+    mono_lines = [int_to_en(i) for i in range(0, 60, 3)] + [int_to_en(1)]      # the last is a real target
+    mono.write_text("\n".join(mono_lines) + "\n", encoding="utf-8")
+    loader = BilingualPairLoader(data_path=str(pairs), augment=True, mono_path=str(mono), bt_epochs=3,
+                                 bt_model=TINY_REVERSE, test_fraction=0.1)
+    stats = loader.augment_stats
+    assert stats["mono"] == len(mono_lines) and stats["known"] + stats["held_out"] >= 1
+    assert stats["kept"] == len(loader.synthetic_pairs) > 0
+    real_src_chars = set("".join(int_to_zh(i) for i in range(60)))
+    held = set(t for _, t in loader.test_pairs)
+    for src, tgt in loader.synthetic_pairs:                   # source: generated Chinese; target: real English
+        assert has_cjk(src) and set(src) <= real_src_chars
+        assert tgt in mono_lines and tgt not in held
+    assert set(loader.synthetic_pairs) <= set(loader.train_pairs)
+
+
+def test_back_translation_bad_mono(tmp_path):
+    mono = tmp_path / "mono.txt"
+    mono.write_text("one\n三\n", encoding="utf-8")
+    with pytest.raises(GrpoEdgeError, match=r"mono.txt:2: monolingual text '三' holds Chinese"):
+        BilingualPairLoader(max_number=20, augment=True, mono_path=str(mono))
+    mono.write_bytes(b"one\n\xff\xfe\n")
+    with pytest.raises(GrpoEdgeError, match=r"mono.txt:2: not UTF-8"):
+        BilingualPairLoader(max_number=20, augment=True, mono_path=str(mono))
+    with pytest.raises(GrpoEdgeError, match="does not exist"):
+        BilingualPairLoader(max_number=20, augment=True, mono_path=str(tmp_path / "none.txt"))
+    with pytest.raises(ConfigError, match="needs mono_path"):
+        BilingualPairLoader(augment=True)

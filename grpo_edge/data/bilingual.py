@@ -19,7 +19,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from grpo_edge.core.tokenizer import EOS, PAD, CharTokenizer
+from grpo_edge.core.tokenizer import PAD, CharTokenizer
+from grpo_edge.data.back_translation import read_mono, synthetic_pairs
 from grpo_edge.data.zh_numbers import number_pairs
 from grpo_edge.errors import ConfigError, GrpoEdgeError
 
@@ -47,6 +48,14 @@ def _check_language(text: str, lang: str, side: str, where: str, other: str) -> 
         hint = " (the pairs look reversed, swap src_lang/tgt_lang)" if not has_cjk(other) else ""
         raise GrpoEdgeError("%s: %s side %r holds Chinese characters but %s_lang='en'%s"
                             % (where, side, text[:40], side, hint))
+
+
+def _check_mono(text: str, lang: str, where: str) -> None:
+    """Monolingual (target-language) text: the same language rules as a pair's target side."""
+    if lang == "zh" and not has_cjk(text):
+        raise GrpoEdgeError("%s: monolingual text %r has no Chinese characters but tgt_lang='zh'" % (where, text[:40]))
+    if lang == "en" and has_cjk(text):
+        raise GrpoEdgeError("%s: monolingual text %r holds Chinese characters but tgt_lang='en'" % (where, text[:40]))
 
 
 def read_lines(path: str) -> List[str]:
@@ -127,7 +136,11 @@ class BilingualPairLoader(object):
         (``num_truncated`` counts the pairs cut).
     data_path: a TSV/JSONL file or a folder with train/test files; None = the built-in zh-en-numbers
         pairs (0..max_number, either direction).
-    augment, mono_path: back-translation (issue 6); not implemented yet, a one-line error.
+    augment, mono_path: back-translation: a reverse (target -> source) tiny-transformer trained on the
+        train pairs turns each line of mono_path (target-language text, UTF-8) into a synthetic pair
+        added to ``train_pairs`` (see grpo_edge.data.back_translation; ``synthetic_pairs`` and
+        ``augment_stats`` say what was added). bt_epochs / bt_model / bt_seed: the reverse model's
+        training epochs, tiny-transformer kwargs and seed (default: `seed`).
     batch_size: pairs per batch when iterating; seed: the train/test split and the shuffling.
     test_fraction: held-out share when the data has no separate test file.
     max_number, liang: the built-in pairs' range and 两 form (see grpo_edge.data.zh_numbers).
@@ -139,7 +152,8 @@ class BilingualPairLoader(object):
     def __init__(self, src_lang: str = "zh", tgt_lang: str = "en", max_length: int = 64,
                  data_path: Optional[str] = None, augment: bool = False, mono_path: Optional[str] = None,
                  batch_size: int = 32, seed: int = 0, test_fraction: float = 0.1,
-                 max_number: int = 9999, liang: bool = False):
+                 max_number: int = 9999, liang: bool = False, bt_epochs: int = 5, bt_model: Optional[dict] = None,
+                 bt_seed: Optional[int] = None):
         if src_lang == tgt_lang:
             raise ConfigError("src_lang and tgt_lang are both %r: a translation needs two languages" % src_lang)
         if not isinstance(max_length, int) or max_length < 2:
@@ -150,8 +164,8 @@ class BilingualPairLoader(object):
             raise ConfigError("test_fraction must be in [0, 1), got %r" % (test_fraction,))
         if mono_path is not None and not augment:
             raise ConfigError("mono_path is only used for back-translation: set augment=True or drop mono_path")
-        if augment:
-            raise ConfigError("augment=True (back-translation) is not implemented yet; train without it")
+        if augment and mono_path is None:
+            raise ConfigError("augment=True (back-translation) needs mono_path: target-language text, one line each")
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_length = max_length
         self.batch_size = batch_size
@@ -170,11 +184,22 @@ class BilingualPairLoader(object):
             self.test_pairs = list(dict.fromkeys(self._truncate(test)))
             held = set(self.test_pairs)
             self.train_pairs = [p for p in dict.fromkeys(pairs) if p not in held]
-        chars = set()
+        mono = read_mono(str(mono_path), tgt_lang, _check_mono) if augment else []
+        chars = set("".join(mono))
         for s, t in self.train_pairs + self.test_pairs:
             chars.update(s)
             chars.update(t)
         self.tokenizer = CharTokenizer("".join(chars))
+        self.synthetic_pairs, self.augment_stats = [], {}
+        if augment:
+            src_chars = set("".join(s for s, _ in self.train_pairs))
+
+            def src_ok(text):   # in the source language and only characters real sources use
+                return set(text) <= src_chars and (src_lang != "zh" or has_cjk(text))
+            self.synthetic_pairs, self.augment_stats = synthetic_pairs(
+                self.train_pairs, self.test_pairs, mono, self.tokenizer, max_length, src_ok,
+                epochs=bt_epochs, seed=seed if bt_seed is None else bt_seed, model_kwargs=bt_model)
+            self.train_pairs = self.train_pairs + self.synthetic_pairs
         everything = self.train_pairs + self.test_pairs
         self.src_len = max(len(s) for s, _ in everything)          # sources padded to this (fixed)
         self.tgt_len = max(len(t) for _, t in everything) + 1       # + EOS
