@@ -89,17 +89,6 @@ static inline int32_t {p}_mbqm(int32_t x, int32_t m, int shift)
     const int right = shift > 0 ? 0 : -shift;
     return {p}_rdbpot({p}_srdhm((int32_t)((uint32_t)x << left), m), right);
 }}
-
-/* std::round for float: ties away from zero, exact near .5 (no |r| + 0.5 rounding). */
-static inline int32_t {p}_roundf(float r)
-{{
-    float a = r < 0.0f ? -r : r;
-    int32_t t;
-    if (a > 1.0e6f) a = 1.0e6f;
-    t = (int32_t)a;
-    if (a - (float)t >= 0.5f) t += 1;
-    return r < 0.0f ? -t : t;
-}}
 """
 
 
@@ -158,55 +147,84 @@ class _Emitter:
         return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
 
     def k_conv(self, i, op, name):
+        """Conv / depthwise / grouped conv, NCHW. A padded input is first copied into an arena scratch
+        buffer filled with the input zero point (there x + input_offset == 0, exactly TFLite's
+        skipped taps), so every output uses the same unrolled taps and input_offset is folded into
+        the bias: acc = (bias + input_offset * sum(w)) + sum(w * x)."""
         a, p = op.attrs, self.p
-        OC, CG, KH, KW = a["weights"].shape
+        w = a["weights"]
+        OC, CG, KH, KW = w.shape
         _, C, H, W = self.g.tensors[op.inputs[0]].shape
         _, _, OH, OW = self.g.tensors[op.output].shape
         SH, SW = a["strides"]
         DH, DW = a["dilations"]
-        PT, PL = a["pads"][0], a["pads"][1]
+        PT, PL, PB, PR = a["pads"]
+        PH, PW = H + PT + PB, W + PL + PR
         G = a["group"]
         OCG = OC // G
-        self.data.append(_array("int8_t", "%s_w%d" % (p, i), a["weights"]))
-        self.data.append(_array("int32_t", "%s_b%d" % (p, i), a["bias"]))
+        bias = a["bias"].astype(np.int64)
+        folded = bias + a["input_offset"] * w.reshape(OC, -1).astype(np.int64).sum(axis=1)
+        if int(np.abs(bias).max(initial=0)) + 2 * 128 * 128 * CG * KH * KW >= INT32_MAX:
+            raise ExportError("%s: accumulator could overflow int32 (%d taps)" % (op.name, CG * KH * KW))
+        self.data.append(_array("int8_t", "%s_w%d" % (p, i), w))
+        self.data.append(_array("int32_t", "%s_b%d" % (p, i), folded))
         self.data.append(_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
         self.data.append(_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
+        padded = any(a["pads"])
+        taps = [(ky * KW + kx, ky * DH * PW + kx * DW) for ky in range(KH) for kx in range(KW)]
+        if len(taps) <= 25:
+            mac = "                    acc += " + "\n                         + ".join(
+                "(int32_t)w[%d] * x[%d]" % t for t in taps) + ";\n"
+        else:
+            mac = ("                    int ky, kx;\n"
+                   "                    for (ky = 0; ky < %d; ++ky)\n"
+                   "                        for (kx = 0; kx < %d; ++kx)\n"
+                   "                            acc += (int32_t)w[ky * %d + kx] * x[ky * %d + kx * %d];\n"
+                   % (KH, KW, KW, DH * PW, DW))
+            mac = "                {\n" + mac + "                }\n"
         cin = "(oc / %d) * %d + ic" % (OCG, CG) if G > 1 else "ic"
-        body = ("static void %(name)s(const int8_t *restrict in, int8_t *restrict out)\n{\n"
-                "    int oc, oy, ox, ic, ky, kx;\n"
+        pre = ""
+        src = "in"
+        if padded:
+            src = "pad"
+            pre = ("    /* copy into the zero-point-filled padded buffer (%d x %d x %d) */\n"
+                   "    for (k = 0; k < %d; ++k) pad[k] = %d;\n"
+                   "    for (c = 0; c < %d; ++c)\n"
+                   "        for (y = 0; y < %d; ++y)\n"
+                   "            for (k = 0; k < %d; ++k)\n"
+                   "                pad[(c * %d + y + %d) * %d + k + %d] = in[(c * %d + y) * %d + k];\n"
+                   % (C, PH, PW, C * PH * PW, -a["input_offset"], C, H, W, PH, PT, PW, PL, H, W))
+        sig = ("const int8_t *restrict in, int8_t *restrict out, int8_t *restrict pad" if padded
+               else "const int8_t *restrict in, int8_t *restrict out")
+        decl = "    int oc, oy, ox, ic%s;\n" % (", c, y, k" if padded else "")
+        body = ("static void %(name)s(%(sig)s)\n{\n%(decl)s%(pre)s"
                 "    for (oc = 0; oc < %(OC)d; ++oc) {\n"
                 "        const int8_t *wc = %(p)s_w%(i)d + oc * %(WSZ)d;\n"
+                "        const int32_t b = %(p)s_b%(i)d[oc], m = %(p)s_m%(i)d[oc];\n"
+                "        const int s = %(p)s_s%(i)d[oc];\n"
+                "        int8_t *o = out + oc * %(OHW)d;\n"
                 "        for (oy = 0; oy < %(OH)d; ++oy) {\n"
-                "            const int iy0 = oy * %(SH)d - %(PT)d;\n"
-                "            const int ky0 = iy0 < 0 ? (-iy0 + %(DH1)d) / %(DH)d : 0;\n"
-                "            int ky1 = %(H1)d - iy0 >= 0 ? (%(H1)d - iy0) / %(DH)d + 1 : 0;\n"
-                "            if (ky1 > %(KH)d) ky1 = %(KH)d;\n"
                 "            for (ox = 0; ox < %(OW)d; ++ox) {\n"
-                "                const int ix0 = ox * %(SW)d - %(PL)d;\n"
-                "                const int kx0 = ix0 < 0 ? (-ix0 + %(DW1)d) / %(DW)d : 0;\n"
-                "                int kx1 = %(W1)d - ix0 >= 0 ? (%(W1)d - ix0) / %(DW)d + 1 : 0;\n"
-                "                int32_t acc = %(p)s_b%(i)d[oc];\n"
+                "                const int8_t *xp = %(src)s + oy * %(SHPW)d + ox * %(SW)d;\n"
+                "                int32_t acc = b;  /* bias + input_offset * sum(w) */\n"
                 "                int32_t v;\n"
-                "                if (kx1 > %(KW)d) kx1 = %(KW)d;\n"
                 "                for (ic = 0; ic < %(CG)d; ++ic) {\n"
-                "                    const int8_t *xc = in + (%(cin)s) * %(HW)d;\n"
-                "                    const int8_t *wk = wc + ic * %(KK)d;\n"
-                "                    for (ky = ky0; ky < ky1; ++ky) {\n"
-                "                        const int8_t *xr = xc + (iy0 + ky * %(DH)d) * %(W)d + ix0;\n"
-                "                        const int8_t *wr = wk + ky * %(KW)d;\n"
-                "                        for (kx = kx0; kx < kx1; ++kx)\n"
-                "                            acc += (int32_t)wr[kx] * ((int32_t)xr[kx * %(DW)d] + %(OFF)d);\n"
-                "                    }\n"
+                "                    const int8_t *x = xp + (%(cin)s) * %(PHW)d;\n"
+                "                    const int8_t *w = wc + ic * %(KK)d;\n"
+                "%(mac)s"
                 "                }\n"
-                "                v = %(p)s_mbqm(acc, %(p)s_m%(i)d[oc], %(p)s_s%(i)d[oc]) + %(ZO)d;\n"
+                "                v = %(p)s_mbqm(acc, m, s) + %(ZO)d;\n"
                 "%(clamp)s"
-                "                out[(oc * %(OH)d + oy) * %(OW)d + ox] = (int8_t)v;\n"
+                "                o[oy * %(OW)d + ox] = (int8_t)v;\n"
                 "            }\n        }\n    }\n}\n"
-                % dict(name=name, OC=OC, p=p, i=i, WSZ=CG * KH * KW, OH=OH, OW=OW, SH=SH, SW=SW, PT=PT, PL=PL,
-                       DH=DH, DW=DW, DH1=DH - 1, DW1=DW - 1, H1=H - 1, W1=W - 1, KH=KH, KW=KW, CG=CG, cin=cin,
-                       HW=H * W, KK=KH * KW, W=W, OFF=a["input_offset"], ZO=a["output_offset"],
+                % dict(name=name, sig=sig, decl=decl, pre=pre, OC=OC, p=p, i=i, WSZ=CG * KH * KW, OHW=OH * OW,
+                       OH=OH, OW=OW, src=src, SHPW=SH * PW, SW=SW, CG=CG, cin=cin, PHW=PH * PW, KK=KH * KW,
+                       mac=mac, ZO=a["output_offset"],
                        clamp=_indent(_clamp("v", a["activation_min"], a["activation_max"]), 8)))
-        return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        args = [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        if padded:
+            args.append("%s_arena.bytes + %d" % (p, self.plan.buffers["scratch%d" % i].offset))
+        return body, args
 
     def k_add(self, i, op, name):
         a, p = op.attrs, self.p
@@ -290,12 +308,9 @@ class _Emitter:
                    "                    v = acc > 0 ? (acc + n / 2) / n : (acc - n / 2) / n;\n"
                    "                }\n" % cnt)
         else:
-            # TFLM MEAN: float32 mean * (s_in / s_out) + (-zp_in * s_in / s_out), rounded, + zp_out.
-            # The product goes through a volatile so no compiler fuses it into an FMA.
-            fin = ("                {\n"
-                   "                    volatile float prod = ((float)acc / (float)%s) * %sf;\n"
-                   "                    v = %s_roundf(prod + %sf) + %d;\n"
-                   "                }\n" % (cnt, _flt(a["mean_scale"]), p, _flt(a["mean_bias"]), a["output_offset"]))
+            # MEAN int8: (sum - zp_in * count) * multiplier (1/count folded in) + zp_out.
+            fin = ("                v = %s_mbqm(acc - %d, %d, %d) + %d;\n"
+                   % (p, a["input_zero_point"] * a["count"], a["mean_multiplier"], a["mean_shift"], a["output_offset"]))
         fin += _indent(_clamp("v", max(-128, a["activation_min"]), min(127, a["activation_max"])), 8)
         return self._pool(i, op, name, "0", "acc += q;", fin)
 

@@ -13,7 +13,7 @@ Op kinds and their attrs:
            output_offset, activation_min/max; constants {name: int8 array} for a constant operand
   lut      table (256,) int8: out = table[x + 128] (tanh, sigmoid, relu, clip, requantize)
   maxpool  kernel, strides, pads, activation_min/max (same in/out quantization)
-  avgpool  kernel, strides, pads, mode "round_div" | "float_mean" (+ mean_scale, mean_bias, output_offset)
+  avgpool  kernel, strides, pads, mode "round_div" | "mean" (+ mean_multiplier/shift, count, input_zero_point, output_offset)
   reshape  none: the output shares the input's storage
   softmax  TFLite int8 softmax parameters (input_multiplier, input_left_shift, diff_min)
   argmax   none (last axis)
@@ -49,7 +49,7 @@ class Op:
         """Bytes of constant data this op puts in flash."""
         n = 0
         for k, v in self.attrs.items():
-            if isinstance(v, np.ndarray):
+            if isinstance(v, np.ndarray) and k != "weight_scales":   # scales are not stored in C
                 n += v.nbytes
             elif k == "constants":
                 n += sum(a.nbytes for a in v.values())

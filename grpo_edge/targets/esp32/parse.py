@@ -129,7 +129,8 @@ class _Parser:
         dims = [d.dim_value if d.dim_value > 0 else 1 for d in gin.type.tensor_type.shape.dim]
         qs = [c for c in self.consumers.get(gin.name, []) if c.op_type == "QuantizeLinear"]
         if len(qs) != 1 or len(self.consumers[gin.name]) != 1:
-            raise ExportError("model input %r must feed exactly one QuantizeLinear: not an int8 QDQ model" % gin.name)
+            raise ExportError("model input %r must feed exactly one QuantizeLinear (it feeds %s): not an int8 QDQ model"
+                              % (gin.name, ", ".join(c.op_type for c in self.consumers.get(gin.name, [])) or "nothing"))
         scale, zp = self.act_qparams(qs[0])
         self.input = qs[0].output[0]
         self.tensors[self.input] = TensorInfo(self.input, tuple([1] + dims[1:]), scale, zp)
@@ -242,7 +243,8 @@ class _Parser:
         bias = self._bias(node, bias_index, w.shape[0], x.scale, s_w) if bias_index else np.zeros(w.shape[0], np.int32)
         name, scale, zp = self.output_q(node)
         out = TensorInfo(name, (1, w.shape[0]), scale, zp)
-        attrs = {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point}
+        attrs = {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
+                 "weight_scales": s_w.astype(np.float32)}
         attrs.update(self._requant_params(x.scale, s_w, out))
         self.add_op("fc", node, [x.name], out.shape, attrs)
 
@@ -271,7 +273,8 @@ class _Parser:
         name, scale, zp = self.output_q(node)
         out = TensorInfo(name, (1, oc, oh, ow), scale, zp)
         attrs = {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
-                 "strides": strides, "dilations": dil, "pads": pads, "group": group}
+                 "strides": strides, "dilations": dil, "pads": pads, "group": group,
+                 "weight_scales": s_w.astype(np.float32)}
         attrs.update(self._requant_params(x.scale, s_w, out))
         self.add_op("conv", node, [x.name], out.shape, attrs)
 
@@ -300,7 +303,9 @@ class _Parser:
             raise ExportError("%s: Add of shapes %s and %s: only equal shapes or a constant operand" % (_label(node), a.shape, b.shape))
         name, scale, zp = self.output_q(node)
         out = TensorInfo(name, a.shape, scale, zp)
-        self.add_op("add", node, [a.name, b.name], a.shape, add_params(a, b, out, consts))
+        attrs = add_params(a, b, out, consts)
+        attrs["constant_quant"] = {n: (b.scale, b.zero_point) for n in consts}
+        self.add_op("add", node, [a.name, b.name], a.shape, attrs)
 
     def _elementwise(self, node, function, lo=None, hi=None):
         x = self.tensors[self.act_input(node, 0)]
@@ -352,11 +357,15 @@ class _Parser:
             raise ExportError("%s: MaxPool input and output quantization differ" % _label(node))
         if kind == "avgpool":
             if mode is None:
-                mode = "round_div" if same else "float_mean"
+                mode = "round_div" if same else "mean"
+            if mode == "mean" and any(pads):
+                raise ExportError("%s: average pooling with padding needs equal input and output quantization"
+                                  % _label(node))
             attrs["mode"] = mode
-            sc = np.float32(x.scale) / np.float32(scale)
-            attrs["mean_scale"] = float(sc)
-            attrs["mean_bias"] = float(np.float32(-x.zero_point) * sc)
+            count = int(kernel[0] * kernel[1])
+            attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, scale, count)
+            attrs["count"] = count
+            attrs["input_zero_point"] = x.zero_point
             attrs["output_offset"] = zp
         return self.add_op(kind, node, [x.name], out.shape, attrs)
 
@@ -381,7 +390,7 @@ class _Parser:
 
     def op_GlobalAveragePool(self, node):
         x = self.tensors[self.act_input(node, 0)]
-        self._pool(node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="float_mean")
+        self._pool(node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
 
     def op_ReduceMean(self, node):
         x = self.tensors[self.act_input(node, 0)]
@@ -391,7 +400,7 @@ class _Parser:
         axes = sorted(int(a) % len(x.shape) for a in (axes if axes is not None else []))
         if len(x.shape) != 4 or axes != [2, 3]:
             raise ExportError("%s: ReduceMean only over the spatial axes (2, 3) of an NCHW tensor" % _label(node))
-        t = self._pool(node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="float_mean")
+        t = self._pool(node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
         if not _attr(node, "keepdims", 1):
             t.shape = t.shape[:2]
 

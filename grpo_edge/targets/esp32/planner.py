@@ -61,8 +61,20 @@ def lifetimes(graph) -> (Dict[str, Buffer], Dict[str, str]):
                 if rr in bufs:
                     bufs[rr].last = max(bufs[rr].last, i)
         bufs[r].last = max(bufs[r].last, i)
-    # reshape aliases read later extend the life of their root
+    for i, op in enumerate(graph.ops):
+        n = scratch_bytes(op, graph)
+        if n:
+            bufs["scratch%d" % i] = Buffer("scratch%d" % i, n, i, i)
     return bufs, root
+
+
+def scratch_bytes(op, graph) -> int:
+    """Temporary bytes an op needs during its own run (a padded copy of a conv's input)."""
+    if op.kind == "conv" and any(op.attrs["pads"]):
+        _, C, H, W = graph.tensors[op.inputs[0]].shape
+        pt, pl, pb, pr = op.attrs["pads"]
+        return C * (H + pt + pb) * (W + pl + pr)
+    return 0
 
 
 def plan(graph) -> Plan:

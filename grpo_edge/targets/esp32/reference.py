@@ -231,13 +231,21 @@ def max_pool(x, p):
     return clamp8(win.max(axis=(4, 5)), p["activation_min"], p["activation_max"])
 
 
+def mean_params(s_in, s_out, count):
+    """MEAN int8 (reference_ops::QuantizedMeanOrSum): QuantizeMultiplier(s_in / s_out) with 1/count
+    folded in: shift_n = min(floor(log2(count)), 32, 31 + shift); multiplier = (m << shift_n) // count."""
+    m, s = quantize_multiplier(float(s_in) / float(s_out))
+    n = min(int(count).bit_length() - 1, 32, 31 + s)
+    return int((m << n) // count), s - n
+
+
 def avg_pool(x, p):
     """Average pooling, two rules (chosen at parse time from the quantization parameters):
 
     - "round_div" (AVERAGE_POOL_2D int8, same in/out params): sum of raw q over valid taps,
       divided by the tap count rounding half away from zero (C integer division).
-    - "float_mean" (MEAN int8, reference_ops::QuantizedMeanOrSum): sum of raw q, then in float32
-      round(sum / count * (s_in / s_out) - zp_in * (s_in / s_out)) + zp_out.
+    - "mean" (MEAN int8, any in/out params, no padding): (sum of q - zp_in * count) times the
+      multiplier/shift from mean_params, + zp_out.
     """
     win, cnt = _pool_windows(_i64(x), p, 0)
     acc = win.sum(axis=(4, 5))                                # (B, C, OH, OW)
@@ -246,13 +254,9 @@ def avg_pool(x, p):
         num = np.where(acc > 0, acc + half, acc - half)
         q = np.where(num >= 0, num // cnt, -((-num) // cnt))  # truncate toward zero
         return clamp8(q, p["activation_min"], p["activation_max"])
-    scale = np.float32(p["mean_scale"])
-    bias = np.float32(p["mean_bias"])
-    mean = acc.astype(np.float32) / cnt.astype(np.float32)
-    r = mean * scale + bias                                   # float32, no fused multiply-add
-    r = np.clip(round_f32(r), -1e6, 1e6) + np.float32(p["output_offset"])
-    r = np.clip(r, -128.0, 127.0)
-    return clamp8(r.astype(np.int64), p["activation_min"], p["activation_max"])
+    shifted = _check_int32(acc - p["input_zero_point"] * p["count"], "mean sum")
+    out = mbqm(shifted, p["mean_multiplier"], p["mean_shift"]) + p["output_offset"]
+    return clamp8(out, p["activation_min"], p["activation_max"])
 
 
 def argmax(x, p):

@@ -142,3 +142,14 @@ def ort_check(graph, onnx_path, x_float: np.ndarray) -> dict:
     if ref.shape[-1] > 1 and graph.ops[-1].kind != "argmax":
         out["decision_agreement"] = float((ref.reshape(B, -1).argmax(1) == ort_out.reshape(B, -1).argmax(1)).mean())
     return out
+
+
+def host_callgrind(gen, x_int8: np.ndarray, n_calls: int = 20) -> float:
+    """Host (x86-64, gcc -O2) instructions per <prefix>_invoke, inclusive, under valgrind callgrind."""
+    from .tflm import callgrind_instructions
+    x = np.ascontiguousarray(x_int8[:n_calls], dtype=np.int8).reshape(min(n_calls, len(x_int8)), -1)
+    with tempfile.TemporaryDirectory(prefix="esp32cg_") as d:
+        exe = build_host([gen], d, "O2", extra=["-g"])
+        inp = Path(d) / "in.bin"
+        inp.write_bytes(np.int32(len(x)).tobytes() + x.tobytes())
+        return callgrind_instructions([str(exe)], "%s_invoke" % gen.prefix, len(x), stdin_path=inp)

@@ -1,0 +1,115 @@
+"""Tiny int8 QDQ sample models for self-checks and tests (torch -> ONNX opset 17 -> quantize_static).
+
+    python -m grpo_edge.targets.esp32.samples OUT_DIR     # writes mlp/resnet/... .int8.onnx
+
+Quantization matches what the export step produces: QuantFormat.QDQ, per_channel=True, QInt8
+activations and weights (weights symmetric), calibrated on seeded random inputs.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def _modules():
+    import torch
+    from torch import nn
+
+    class MLP(nn.Module):
+        """The cartpole policy shape: 4 -> 64 -> 64 -> 2 with tanh (the mlp default)."""
+
+        def __init__(self, obs=4, hidden=64, act=2, activation="tanh"):
+            super().__init__()
+            self.l1, self.l2, self.l3 = nn.Linear(obs, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, act)
+            self.act = torch.tanh if activation == "tanh" else torch.relu
+
+        def forward(self, x):                      # (B, obs) -> (B, act)
+            return self.l3(self.act(self.l2(self.act(self.l1(x)))))
+
+    class ResNet(nn.Module):
+        """A small residual CNN on 8x8x1 images: conv, residual add, depthwise stride 2, pools, FC."""
+
+        def __init__(self, classes=10, width=8):
+            super().__init__()
+            w = width
+            self.c1 = nn.Conv2d(1, w, 3, padding=1)
+            self.c2 = nn.Conv2d(w, w, 3, padding=1)
+            self.c3 = nn.Conv2d(w, w, 3, padding=1)
+            self.dw = nn.Conv2d(w, w, 3, stride=2, padding=1, groups=w)
+            self.pw = nn.Conv2d(w, 2 * w, 1)
+            self.fc = nn.Linear(2 * w, classes)
+
+        def forward(self, x):                      # (B, 1, 8, 8) -> (B, classes)
+            y = torch.relu(self.c1(x))
+            y = torch.relu(y + self.c3(torch.relu(self.c2(y))))
+            y = nn.functional.relu6(self.dw(y))    # (B, w, 4, 4)
+            y = torch.relu(self.pw(y))             # (B, 2w, 4, 4)
+            y = nn.functional.max_pool2d(y, 2)     # (B, 2w, 2, 2)
+            y = nn.functional.adaptive_avg_pool2d(y, 1)
+            return self.fc(torch.flatten(y, 1))
+
+    class Pools(nn.Module):
+        """Average pooling with padding, a stride-2 valid conv and flatten of a spatial map."""
+
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(2, 4, 3, stride=2)
+
+        def forward(self, x):                      # (B, 2, 9, 9) -> (B, 64)
+            y = torch.relu(self.c(x))              # (B, 4, 4, 4)
+            y = nn.functional.avg_pool2d(y, 3, stride=1, padding=1, count_include_pad=False)
+            return torch.flatten(y, 1)
+
+    class Unsupported(nn.Module):
+        def forward(self, x):
+            return x * x + torch.sin(x)
+
+    return {"mlp": (MLP, (1, 4)), "mlp_relu": (lambda: MLP(activation="relu"), (1, 4)),
+            "resnet": (ResNet, (1, 1, 8, 8)), "pools": (Pools, (1, 2, 9, 9)),
+            "unsupported": (Unsupported, (1, 4))}
+
+
+NAMES = ("mlp", "mlp_relu", "resnet", "pools", "unsupported")
+
+
+def calibration(shape, n=64, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n,) + tuple(shape[1:])).astype(np.float32)
+
+
+def build(name: str, out_dir, seed: int = 0) -> Path:
+    """Write OUT_DIR/<name>.onnx and <name>.int8.onnx; return the int8 path."""
+    import torch
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    cls, shape = _modules()[name]
+    torch.manual_seed(seed)
+    model = cls().eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fp32, int8 = out / (name + ".onnx"), out / (name + ".int8.onnx")
+    torch.onnx.export(model, (torch.randn(*shape),), str(fp32), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    data = calibration(shape, seed=seed)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": data[i:i + 1]} for i in range(len(data))])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    import logging
+    logging.getLogger().setLevel(logging.ERROR)
+    quantize_static(str(fp32), str(int8), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    return int8
+
+
+def input_shape(name: str):
+    return _modules()[name][1]
+
+
+if __name__ == "__main__":
+    for n in NAMES:
+        print(build(n, sys.argv[1] if len(sys.argv) > 1 else "."))
