@@ -1,0 +1,61 @@
+"""Run exported artifacts as if they were the torch policy, so a task scores them with its own metric.
+
+    policy = ArrayPolicy(lambda x: sess.run(None, {"obs": x})[0])
+    task.evaluate(policy)["return"]
+
+Tasks call a policy like an nn.Module (policy(obs_tensor) -> logits tensor, .parameters(), .eval());
+ArrayPolicy wraps any numpy function in that shape. Also: in-process latency measurement.
+"""
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class ArrayPolicy(nn.Module):
+    """nn.Module facade over fn(np.ndarray float32 batch) -> np.ndarray logits batch (no gradients)."""
+
+    def __init__(self, fn, name="artifact"):
+        super(ArrayPolicy, self).__init__()
+        self.fn = fn
+        self.name = name
+        self._anchor = nn.Parameter(torch.zeros(1), requires_grad=False)   # tasks read .parameters() for the device
+
+    def forward(self, x):
+        out = self.fn(np.ascontiguousarray(x.detach().cpu().numpy()))
+        return torch.as_tensor(np.asarray(out), dtype=torch.float32)
+
+
+def onnx_policy(path, reference=False):
+    """An ArrayPolicy running an ONNX file in onnxruntime (reference=True: graph optimizations off)."""
+    from grpo_edge.export.onnx_utils import session
+    sess = session(path, optimize=not reference)
+    name = sess.get_inputs()[0].name
+    return ArrayPolicy(lambda x: sess.run(None, {name: x})[0], name=str(path))
+
+
+def task_metric(task, policy, n: int = 0) -> float:
+    """The task's own metric (task.metric_name) of `policy`, greedy, on the task's evaluation split."""
+    with torch.no_grad():
+        res = task.evaluate(policy, n=n) if n else task.evaluate(policy)
+    return float(res[task.metric_name])
+
+
+def median_latency(fn, example, runs: int = 500, warmup: int = 50) -> float:
+    """Median seconds per call of fn(example), after warm-up (in this process, single sample)."""
+    for _ in range(warmup):
+        fn(example)
+    t = np.empty(runs)
+    for i in range(runs):
+        t0 = time.perf_counter()
+        fn(example)
+        t[i] = time.perf_counter() - t0
+    return float(np.median(t))
+
+
+def retention(metric_new: float, metric_ref: float, higher_is_better: bool = True) -> float:
+    """metric_new / metric_ref as a fraction (1.0 = kept everything); for lower-is-better metrics the inverse."""
+    if metric_ref == 0:
+        return 1.0 if metric_new == metric_ref else float("nan")
+    return metric_new / metric_ref if higher_is_better else metric_ref / metric_new

@@ -1,0 +1,248 @@
+"""Raspberry Pi target (rpi4, rpi5): a folder to copy to the Pi, checked on this host first.
+
+    from grpo_edge.targets.rpi import deploy
+    report = deploy("runs/cartpole/checkpoint.pt", "rpi4", "out/rpi4", {})
+
+DIR gets model.onnx, model.int8.onnx, runner.py (onnxruntime + numpy only), requirements.txt,
+deploy.json (which model was chosen and why), sample inputs/outputs, report.json / report.md.
+On the host we run the shipped runner itself (the simulation), measure host latency, score fp32 and
+int8 in the task's own metric, pick fp32 or int8 by those measurements, and estimate device latency and
+energy from the profile (labelled as estimates).
+"""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.errors import TargetError
+from grpo_edge.report import Report, atomic_write_text
+
+DEFAULTS = {"calibration": None, "calibration_samples": 512, "method": "minmax", "per_channel": True,
+            "runs": 1000, "warmup": 100, "eval_n": 0, "min_retention": 0.99, "tolerance": 1e-4, "task": None,
+            "seed": 0}
+RUNNER = Path(__file__).with_name("rpi_runner.py")
+
+
+def deploy(source, profile, out_dir, options=None) -> Report:
+    """Build and check a Raspberry Pi deploy folder from a checkpoint (.pt) or an ONNX file.
+
+    options (all optional): calibration (.npz/.npy; default: made from the checkpoint's task, or the
+    built-in set), calibration_samples, method (minmax|entropy|percentile), per_channel, runs / warmup
+    (latency), eval_n (task-metric episodes/samples, 0 = task default), min_retention (int8 must keep this
+    fraction of the fp32 metric to be chosen), tolerance (fp32 artifact vs torch, max |diff|), task (task
+    name for a plain ONNX source), seed.
+    """
+    from grpo_edge.export.calibration import builtin_calibration, load_calibration, task_inputs
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.export.onnx_utils import count_macs, io_specs, load_onnx
+    from grpo_edge.targets.profiles import load_profile
+
+    opts = dict(DEFAULTS, **(options or {}))
+    unknown = sorted(set(opts) - set(DEFAULTS))
+    if unknown:
+        raise TargetError("unknown rpi deploy options %s (known: %s)" % (unknown, ", ".join(sorted(DEFAULTS))))
+    prof = profile if isinstance(profile, dict) else load_profile(profile)
+    if prof.get("family") != "rpi":
+        raise TargetError("target %s is not a Raspberry Pi (rpi4, rpi5)" % prof["name"])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rep = Report(title="grpo-edge deploy: %s" % prof.get("display_name", prof["name"]), target=prof["name"])
+    source = Path(source)
+
+    model, task, state = _load_source(source, opts, rep)
+    fp32_path, int8_path = out / "model.onnx", out / "model.int8.onnx"
+    if model is not None:
+        from grpo_edge.export.torch2onnx import torch2onnx
+        info = torch2onnx(model, fp32_path)
+        if len(info["files"]) > 1:
+            raise TargetError("%s: %s exports %d runtime functions (%s); the rpi runner runs single-function "
+                              "models only" % (source, state["arch"], len(info["files"]), ", ".join(info["files"])))
+        rep.add("export_max_abs_diff", info["max_abs_diff"], "", "measured-host",
+                "torch2onnx parity check on random inputs, batch 1 and 3")
+    else:
+        load_onnx(source)
+        shutil.copyfile(str(source), str(fp32_path))
+    m32 = load_onnx(fp32_path)
+    inputs = io_specs(m32, "input")
+
+    # calibration: user file > the task's inputs (states the policy visits) > the shipped set
+    if opts["calibration"]:
+        calib, calib_src = load_calibration(opts["calibration"]), str(opts["calibration"])
+    elif task is not None:
+        x = task_inputs(task, opts["calibration_samples"], policy=model)
+        calib = x if isinstance(x, dict) else {inputs[0]["name"]: x.astype(np.float32)}
+        calib_src = "%s.calibration_inputs(%d), %s" % (type(task).__name__, len(x), "states the checkpoint policy "
+                                                         "visits" if model is not None else "no policy")
+    elif opts["task"] and builtin_calibration(opts["task"]):
+        calib_src = str(builtin_calibration(opts["task"]))
+        calib = load_calibration(calib_src)
+    else:
+        raise TargetError("%s: no calibration data: pass options['calibration'] (an .npz/.npy) or a task" % source)
+    if len(inputs) == 1 and len(calib) == 1:
+        calib = {inputs[0]["name"]: next(iter(calib.values()))}
+    qinfo = onnx2int8(fp32_path, calib, int8_path, method=opts["method"], per_channel=opts["per_channel"])
+    rep.notes += ["calibration: %s, method %s, %d samples; %s" % (calib_src, qinfo["method"], qinfo["num_samples"],
+                                                                   qinfo["format"])] + qinfo["warnings"]
+
+    # the folder a user copies to the Pi
+    shutil.copyfile(str(RUNNER), str(out / "runner.py"))
+    (out / "runner.py").chmod(0o755)
+    atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
+    sample = {k: v[:64] for k, v in calib.items()}
+    np.save(str(out / "sample_inputs.npy"), next(iter(sample.values())))
+
+    # simulation: the shipped runner on this host reproduces the checkpoint's outputs
+    ref = _reference_outputs(model, sample, fp32_path)
+    np.save(str(out / "expected_outputs.npy"), ref)
+    sim = {}
+    for tag, path, reference in (("fp32", fp32_path, False), ("int8", int8_path, True)):
+        got = np.asarray(_run_runner(out, ["--model", path.name, "--input", "sample_inputs.npy", "--json"]
+                                     + (["--reference"] if reference else []))["outputs"], dtype=np.float64)
+        sim[tag] = {"max_abs_diff": float(np.max(np.abs(got - ref))),
+                    "action_agreement": float(np.mean(got.argmax(-1) == ref.argmax(-1))) if ref.ndim >= 2 else None}
+    ref_src = "torch checkpoint" if model is not None else "fp32 ONNX in onnxruntime"
+    n_s = len(ref)
+    rep.add("sim_fp32_max_abs_diff", sim["fp32"]["max_abs_diff"], "", "measured-host",
+            "runner.py on sample_inputs.npy (%d samples) vs %s; tolerance %.0e" % (n_s, ref_src, opts["tolerance"]))
+    rep.add("sim_int8_max_abs_diff", sim["int8"]["max_abs_diff"], "", "measured-host",
+            "runner.py --reference (int8 QDQ arithmetic) vs %s, %d samples" % (ref_src, n_s))
+    if sim["fp32"]["action_agreement"] is not None:
+        rep.add("sim_fp32_action_agreement", sim["fp32"]["action_agreement"], "fraction", "measured-host",
+                "argmax of runner outputs vs %s" % ref_src)
+        rep.add("sim_int8_action_agreement", sim["int8"]["action_agreement"], "fraction", "measured-host",
+                "argmax of runner --reference outputs vs %s" % ref_src)
+    if sim["fp32"]["max_abs_diff"] > opts["tolerance"]:
+        raise TargetError("%s: the fp32 artifact differs from the %s by %.3g (> %.0e)"
+                          % (fp32_path, ref_src, sim["fp32"]["max_abs_diff"], opts["tolerance"]))
+
+    # host latency with the shipped runner (ORT optimizations on, as on the device)
+    lat = {}
+    for tag, path in (("fp32", fp32_path), ("int8", int8_path)):
+        b = _run_runner(out, ["--model", path.name, "--bench", "--runs", str(opts["runs"]), "--warmup",
+                              str(opts["warmup"]), "--json"])["bench"]
+        lat[tag] = b["latency_median_s"]
+        rep.add("host_latency_%s_s" % tag, b["latency_median_s"], "s", b["how"],
+                "runner.py --bench on %s, onnxruntime %s, 1 thread, %d runs after %d warm-up, median"
+                % (b["machine"], b["onnxruntime"], b["runs"], b["warmup"]))
+    for tag, path in (("fp32", fp32_path), ("int8", int8_path)):
+        rep.add("size_%s_bytes" % tag, path.stat().st_size, "B", "exact", path.name)
+
+    # task metric: torch vs fp32 vs int8 (reference arithmetic and this CPU's ORT kernels)
+    metrics = _task_metrics(task, model, fp32_path, int8_path, opts["eval_n"]) if task is not None else {}
+    for k, v in metrics.items():
+        rep.add("metric_%s" % k, v, task.metric_name, "measured-host",
+                "%s.evaluate (%s), greedy; %s" % (type(task).__name__, task.metric_name, _METRIC_HOW[k]))
+    keep = None
+    if "onnx_fp32" in metrics and "onnx_int8" in metrics:
+        from grpo_edge.bench.runtime import retention
+        keep = retention(metrics["onnx_int8"], metrics["onnx_fp32"], getattr(task, "higher_is_better", True))
+        rep.add("int8_metric_retention", keep, "fraction", "measured-host",
+                "metric_onnx_int8 / metric_onnx_fp32")
+
+    chosen, why = _choose(keep, lat, opts["min_retention"])
+    rep.sections["choice"] = {"chosen": chosen, "why": why}
+    deploy_cfg = {"chosen": chosen, "why": why, "inputs": inputs, "outputs": io_specs(m32, "output"),
+                  "target": prof["name"], "source": str(source), "tolerance_fp32": opts["tolerance"]}
+    atomic_write_text(out / "deploy.json", json.dumps(deploy_cfg, indent=2))
+
+    # device estimates from the profile (never measurements)
+    from grpo_edge.targets.profiles import estimate_energy, estimate_latency
+    macs = count_macs(m32, batch=1)
+    rep.add("macs_per_inference", macs, "MAC", "exact", "count_macs(model.onnx): MatMul/Gemm/Conv at batch 1")
+    for tag in ("fp32", "int8"):
+        e = estimate_latency(prof, macs, tag)
+        rep.add("device_latency_%s_s" % tag, e["value"], "s", "estimated", e["source"])
+        en = estimate_energy(prof, e["value"], "device_latency_%s_s" % tag)
+        rep.add("device_energy_%s_j" % tag, en["value"], "J", "estimated", en["source"])
+    rep.sections["simulation"] = sim
+    rep.sections["quantization"] = {k: qinfo[k] for k in ("method", "per_channel", "reduce_range", "num_samples",
+                                                         "format", "errors")}
+    rep.notes += [
+        "Device figures are ESTIMATES: latency = call_overhead_s + MACs / effective MAC rate of one core; "
+        "energy = active_power_w x estimated latency (board power); every input figure and its source is in "
+        "targets/%s.yaml. On the Pi, `python3 runner.py --bench` measures instead%s." % (
+            prof["name"], " and reads power with vcgencmd pmic_read_adc" if prof["name"] == "rpi5" else
+            " (the Pi 4 has no power sensor: use a USB meter)"),
+        "int8 accuracy is judged with ORT graph optimizations off (the QDQ arithmetic itself): on x86 CPUs "
+        "without VNNI, ORT's fused int8 kernels can saturate; metric_onnx_int8_ort_optimized shows this host's "
+        "kernels. The Pi's ARM kernels do not use that AVX2 path: confirm with runner.py on the device.",
+    ]
+    rep.write(out)
+    for f in out.iterdir():          # atomic writes create 0600 files: the folder is meant to be copied
+        if f.is_file():
+            f.chmod(0o755 if f.name == "runner.py" else 0o644)
+    return rep
+
+
+_METRIC_HOW = {"torch": "torch checkpoint", "onnx_fp32": "model.onnx in onnxruntime",
+               "onnx_int8": "model.int8.onnx, ORT graph optimizations off (QDQ reference arithmetic)",
+               "onnx_int8_ort_optimized": "model.int8.onnx, ORT optimizations on (this host's int8 kernels)"}
+
+
+def _load_source(source, opts, rep):
+    """-> (torch model or None, task or None, checkpoint state or None)."""
+    from grpo_edge.export.calibration import task_from_state
+    if not source.exists():
+        raise TargetError("source not found: %s" % source)
+    if source.suffix == ".onnx":
+        task = None
+        if opts["task"]:
+            from grpo_edge.tasks import get_task
+            task = get_task(opts["task"], {}, seed=opts["seed"])
+        return None, task, None
+    from grpo_edge.core.checkpoint import load_policy
+    model, state = load_policy(source)
+    try:
+        task = task_from_state(state, seed=opts["seed"])
+    except Exception as e:   # deploy still works; the report says why there is no task metric
+        rep.notes.append("no task metric: %s" % str(e).splitlines()[0])
+        task = None
+    return model, task, state
+
+
+def _reference_outputs(model, sample, fp32_path):
+    if model is not None:
+        import torch
+        with torch.no_grad():
+            args = [torch.as_tensor(v) for v in sample.values()]
+            y = model.export_spec(batch_size=1).module(*args)
+        y = y[0] if isinstance(y, (tuple, list)) else y
+        return y.numpy().astype(np.float64)
+    from grpo_edge.export.onnx_utils import session
+    return session(fp32_path).run(None, sample)[0].astype(np.float64)
+
+
+def _run_runner(out, args):
+    r = subprocess.run([sys.executable, str(out / "runner.py")] + [str(a) for a in args], cwd=str(out),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+    if r.returncode != 0:
+        tail = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
+        raise TargetError("runner.py %s failed on this host: %s" % (" ".join(map(str, args[:2])), tail))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _task_metrics(task, model, fp32_path, int8_path, n):
+    from grpo_edge.bench.runtime import onnx_policy, task_metric
+    out = {}
+    if model is not None:
+        out["torch"] = task_metric(task, model, n)
+    out["onnx_fp32"] = task_metric(task, onnx_policy(fp32_path), n)
+    out["onnx_int8"] = task_metric(task, onnx_policy(int8_path, reference=True), n)
+    out["onnx_int8_ort_optimized"] = task_metric(task, onnx_policy(int8_path, reference=False), n)
+    return out
+
+
+def _choose(keep, lat, min_retention):
+    """fp32 or int8, by measurement: int8 only if it keeps the metric AND is faster on the measured host."""
+    faster = lat["int8"] < lat["fp32"]
+    speed = "int8 %.3g s vs fp32 %.3g s median on this host" % (lat["int8"], lat["fp32"])
+    if keep is None:
+        return "model.onnx", "no task metric to check int8 against: fp32 kept (%s)" % speed
+    if keep < min_retention:
+        return "model.onnx", "int8 keeps %.4f of the fp32 metric (< %.2f): fp32 (%s)" % (keep, min_retention, speed)
+    if not faster:
+        return "model.onnx", "int8 keeps %.4f of the metric but is not faster (%s): fp32" % (keep, speed)
+    return "model.int8.onnx", "int8 keeps %.4f of the metric and is faster (%s)" % (keep, speed)

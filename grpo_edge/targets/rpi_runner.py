@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Standalone runner for a grpo-edge ONNX model: needs only onnxruntime and numpy (no torch, no grpo-edge).
+
+Copied verbatim into a deploy folder as runner.py. Usage on the device (or on the host, as the simulation):
+
+    python3 runner.py --input sample_inputs.npy               # prints outputs and argmax actions
+    echo "0.01 0.02 -0.03 0.04" | python3 runner.py --input - # one sample per line, from stdin
+    python3 runner.py --bench --runs 2000                     # median latency (+ power on a Pi 5)
+    python3 runner.py --model model.int8.onnx --reference ... # ORT graph optimizations off
+
+The default model is the one deploy.json marks as chosen (fp32 or int8, picked by measurement).
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Runner(object):
+    """One onnxruntime session; run(x) takes a numpy batch (or {name: array}) and returns the outputs."""
+
+    def __init__(self, model_path, reference=False, threads=1):
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        # reference=True: run the graph as written (a QDQ int8 model then computes exactly the
+        # quantization it describes); False: ORT's fused kernels, the fast path on the device.
+        so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if reference
+                                       else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        self.path = model_path
+        self.session = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+        self.inputs = self.session.get_inputs()
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def feed(self, x):
+        if isinstance(x, dict):
+            return x
+        return {self.inputs[0].name: x}
+
+    def run(self, x):
+        return self.session.run(None, self.feed(x))
+
+    def example(self):
+        """A zero batch of one sample, for benchmarking."""
+        feed = {}
+        for i in self.inputs:
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+            dtype = np.int64 if "int64" in i.type else np.float32
+            feed[i.name] = np.zeros(shape, dtype=dtype)
+        return feed
+
+
+def read_inputs(src, runner):
+    """A batch from a .npy / .npz file, or from stdin: one sample per line, numbers separated by spaces,
+    commas or as a JSON list."""
+    if src == "-":
+        rows = []
+        for line in sys.stdin:
+            line = line.strip()
+            if not line:
+                continue
+            vals = json.loads(line) if line.startswith("[") else [float(v) for v in line.replace(",", " ").split()]
+            rows.append(np.asarray(vals, dtype=np.float32).ravel())
+        shape = [d if isinstance(d, int) and d > 0 else -1 for d in runner.inputs[0].shape[1:]]
+        return np.stack(rows).reshape([len(rows)] + shape)
+    data = np.load(src, allow_pickle=False)
+    if isinstance(data, np.ndarray):
+        return data
+    keys = [k for k in data.files if not k.startswith("__")]
+    names = [i.name for i in runner.inputs]
+    if all(n in keys for n in names):
+        return {n: data[n] for n in names}
+    return data[keys[0]]
+
+
+def pmic_power_w():
+    """Raspberry Pi 5 board power from `vcgencmd pmic_read_adc` (sum of rail volts x amps), else None."""
+    exe = shutil.which("vcgencmd")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "pmic_read_adc"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             universal_newlines=True, timeout=2).stdout
+    except Exception:
+        return None
+    amps, volts = {}, {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or "=" not in parts[1]:
+            continue
+        name, value = parts[0], parts[1].split("=")[1].rstrip("AV")
+        try:
+            value = float(value)
+        except ValueError:
+            continue
+        if name.endswith("_A"):
+            amps[name[:-2]] = value
+        elif name.endswith("_V"):
+            volts[name[:-2]] = value
+    rails = [r for r in amps if r in volts]
+    return sum(amps[r] * volts[r] for r in rails) if rails else None
+
+
+def device_name():
+    try:
+        with open("/proc/device-tree/model") as f:
+            return f.read().strip("\x00\n ")
+    except OSError:
+        return ""
+
+
+def bench(runner, runs=1000, warmup=100, power=True):
+    """Median / p90 latency of single-sample calls; on a Pi 5 also mean board power idle and busy."""
+    feed = runner.example()
+    for _ in range(warmup):
+        runner.session.run(None, feed)
+    samples, stop = [], threading.Event()
+    sampler = None
+    idle_w = pmic_power_w() if power else None
+    if idle_w is not None:
+        def sample():
+            while not stop.is_set():
+                w = pmic_power_w()
+                if w is not None:
+                    samples.append(w)
+                stop.wait(0.2)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+    times = np.empty(runs)
+    try:
+        for i in range(runs):
+            t0 = time.perf_counter()
+            runner.session.run(None, feed)
+            times[i] = time.perf_counter() - t0
+    finally:
+        stop.set()
+        if sampler is not None:
+            sampler.join()
+    model = device_name()
+    on_pi = "Raspberry Pi" in model
+    out = {"model": os.path.basename(runner.path), "runs": runs, "warmup": warmup,
+           "latency_median_s": float(np.median(times)), "latency_p90_s": float(np.percentile(times, 90)),
+           "latency_min_s": float(times.min()), "how": "measured-device" if on_pi else "measured-host",
+           "machine": model or "%s %s" % (platform.system(), platform.machine()),
+           "onnxruntime": __import__("onnxruntime").__version__}
+    if idle_w is not None and samples:
+        busy = float(np.mean(samples))
+        out["power"] = {"idle_w": idle_w, "busy_w": busy, "samples": len(samples),
+                        "energy_per_inference_j": busy * out["latency_median_s"],
+                        "method": "vcgencmd pmic_read_adc: sum of rail V x A; energy = busy power x median latency"}
+    return out
+
+
+def chosen_model():
+    cfg = os.path.join(HERE, "deploy.json")
+    if os.path.exists(cfg):
+        with open(cfg) as f:
+            return os.path.join(HERE, json.load(f).get("chosen", "model.onnx"))
+    return os.path.join(HERE, "model.onnx")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Run a grpo-edge ONNX model with onnxruntime.")
+    ap.add_argument("--model", default=None, help="ONNX file (default: the one deploy.json chose)")
+    ap.add_argument("--input", default=None, help=".npy/.npz batch, or - for stdin (one sample per line)")
+    ap.add_argument("--out", default=None, help="save the first output to this .npy file")
+    ap.add_argument("--bench", action="store_true", help="measure latency (warm-up, many runs, median)")
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--reference", action="store_true", help="ORT graph optimizations off")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    path = args.model or chosen_model()
+    if not os.path.isabs(path) and not os.path.exists(path):
+        path = os.path.join(HERE, path)
+    if not os.path.exists(path):
+        sys.exit("runner: model not found: %s" % path)
+    runner = Runner(path, reference=args.reference, threads=args.threads)
+    result = {}
+    if args.input:
+        outs = runner.run(read_inputs(args.input, runner))
+        first = outs[0]
+        if args.out:
+            np.save(args.out, first)
+        result["outputs"] = first.tolist() if first.size <= 4096 else "saved to %s" % args.out
+        if first.ndim >= 2 and first.shape[-1] > 1:
+            result["actions"] = first.argmax(-1).tolist()
+    if args.bench:
+        result["bench"] = bench(runner, args.runs, args.warmup)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print("%s: %s" % (k, json.dumps(v)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
