@@ -21,7 +21,8 @@ Problem = Tuple[str, str]   # (input text, reference completion)
 
 
 def _device_of(policy) -> torch.device:
-    for p in policy.parameters():
+    """The policy's device; CPU for a policy without parameters (e.g. a wrapped runtime engine)."""
+    for p in (policy.parameters() if hasattr(policy, "parameters") else ()):
         return p.device
     return torch.device("cpu")
 
@@ -34,7 +35,9 @@ def cfg_get(cfg: dict, key: str, default, kind=None, minimum=None):
     if kind is not None and value is not None:
         ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
         if not ok:
-            raise ConfigError("task.%s must be %s, got %r" % (key, getattr(kind, "__name__", kind), value))
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            raise ConfigError("task.%s must be %s, got %r"
+                              % (key, " or ".join(k.__name__ for k in kinds), value))
     if minimum is not None and value is not None and value < minimum:
         raise ConfigError("task.%s must be >= %s, got %r" % (key, minimum, value))
     return value
@@ -140,10 +143,11 @@ class TextTask(Task):
 
     # --- evaluation / deploy ----------------------------------------------------------------------
     def greedy_completions(self, policy, prompts: List[str], batch_size: int = 256) -> List[str]:
-        """Greedy decode of `prompts` (eval mode; the policy's mode is restored after)."""
+        """Greedy decode of `prompts` (eval mode; a module's train/eval mode is restored after)."""
         device = _device_of(policy)
-        was_training = policy.training
-        policy.eval()
+        was_training = getattr(policy, "training", False)
+        if hasattr(policy, "eval"):
+            policy.eval()
         out = []
         try:
             with torch.no_grad():
@@ -152,7 +156,8 @@ class TextTask(Task):
                     tokens, _, _ = policy.generate(x, self.max_new_tokens, greedy=True)
                     out += [self.tokenizer.decode(row) for row in tokens.tolist()]
         finally:
-            policy.train(was_training)
+            if hasattr(policy, "train"):
+                policy.train(was_training)
         return out
 
     def evaluate(self, policy, split: str = "test", n: int = 0) -> Dict[str, float]:
@@ -174,8 +179,8 @@ class TextTask(Task):
         result["n"] = len(problems)
         return result
 
-    def calibration_inputs(self, n: int) -> np.ndarray:
-        """(n, L) int64 input token ids from the train split (cycled when n > its size).
+    def calibration_inputs(self, n: int, policy=None) -> np.ndarray:
+        """(n, L) int64 input token ids from the train split (cycled when n > its size); `policy` is unused.
 
         Unlike float tasks these are token ids: the exported decode step takes ids and embeds them.
         """
