@@ -86,23 +86,30 @@ def _shape_ranges(spec_inputs, options):
             lo.append(int(r[0]))
             opt.append(int(r[1]))
             hi.append(int(r[2]))
-        out.append({"name": spec["name"], "dtype": spec["dtype"], "min": lo, "opt": opt, "max": hi})
+        axis = next((k for k, d in enumerate(spec["shape"]) if "batch" in str(d).lower()), 0)
+        out.append({"name": spec["name"], "dtype": spec["dtype"], "min": lo, "opt": opt, "max": hi, "batch_axis": axis})
     return out
 
 
-def _feeds(arr_by_input: dict, batch: int):
-    n = min(len(v) for v in arr_by_input.values())
-    return [{k: np.ascontiguousarray(v[i:i + batch]) for k, v in arr_by_input.items()} for i in range(0, n, batch)]
+def _feeds(arr_by_input: dict, batch: int, ranges):
+    """Split {input: array} into feeds of `batch` along each input's batch axis."""
+    axes = {r["name"]: r.get("batch_axis", 0) for r in ranges}
+    n = min(v.shape[axes[k]] for k, v in arr_by_input.items())
+    return [{k: np.ascontiguousarray(np.take(v, range(i, min(i + batch, n)), axis=axes[k]))
+             for k, v in arr_by_input.items()} for i in range(0, n, batch)]
 
 
 def _random_inputs(ranges, n, vocab, rng):
+    """Random inputs at the 'opt' shape with n along the batch axis: floats N(0, 1), integers (token ids,
+    positions) in [0, min(vocab, 8))."""
     out = {}
     for r in ranges:
-        shape = [n] + list(r["opt"][1:])
+        shape = list(r["opt"])
+        shape[r["batch_axis"]] = n
         if r["dtype"].startswith("float"):
             out[r["name"]] = rng.standard_normal(shape).astype(r["dtype"])
         else:
-            out[r["name"]] = rng.integers(0, max(int(vocab), 2), size=shape).astype(r["dtype"])
+            out[r["name"]] = rng.integers(0, max(min(int(vocab), 8), 2), size=shape).astype(r["dtype"])
     return out
 
 
@@ -184,17 +191,24 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         op_rows += [dict(r, graph=gname) for r in check["ops"]]
         ranges = _shape_ranges(io_specs(m, "input"), options)
         n_cal = int(options.get("calib_samples", 256))
-        calib = _calibration(options, ranges, task, model, n_cal) if len(graphs) == 1 else None
+        try:   # the task's data covers single-input graphs; fp16/fp32 fall back to random inputs
+            calib = _calibration(options, ranges, task, model, n_cal) if len(graphs) == 1 else None
+        except TargetError:
+            if precision == "int8":
+                raise
+            calib = None
         evalx = calib if calib is not None else _random_inputs(ranges, 64, vocab, rng)
-        batch = 1 if any(r["max"][0] == 1 for r in ranges) else 32
-        feeds = _feeds(evalx, batch)
+        batch = 1 if any(r["max"][r["batch_axis"]] == 1 for r in ranges) else 32
+        feeds = _feeds(evalx, batch, ranges)
         ref_sess = simulate.session(m)
         ref = simulate.run_all(ref_sess, feeds)
-        rows = min(8, len(next(iter(evalx.values()))))
-        sample = {"in:" + k: v[:rows] for k, v in evalx.items()}
-        s_out = simulate.run_all(ref_sess, _feeds({k: v[:rows] for k, v in evalx.items()}, batch))
-        for j, o in enumerate(ref_sess.get_outputs()):
-            sample["ref:" + o.name] = np.concatenate([r[j] for r in s_out])
+        # sample.*.npz: a check batch ("in:"/"ref:", as large as the engine allows, up to 8) and one
+        # batch-1 input set for timing ("bench:"); references from the fp32 ONNX.
+        check_feed = _feeds(evalx, min([8] + [r["max"][r["batch_axis"]] for r in ranges]), ranges)[0]
+        sample = {"in:" + k: v for k, v in check_feed.items()}
+        sample.update({"bench:" + k: v for k, v in _feeds(check_feed, 1, ranges)[0].items()})
+        for o, v in zip(ref_sess.get_outputs(), ref_sess.run(None, check_feed)):
+            sample["ref:" + o.name] = v
         _save_npz(out / ("sample.%s.npz" % gname), sample)
         entry = {"name": gname, "onnx": path.name, "opset": opset_of(m), "inputs": ranges,
                  "engine": "%s.{precision}.engine" % path.stem, "sample": "sample.%s.npz" % gname}
@@ -208,13 +222,13 @@ def deploy(source, profile, out_dir, options=None) -> Report:
             if calib is None:
                 raise TargetError("int8 needs calibration data for graph %s: pass options calibration "
                                   "(array, {input: array} or .npy/.npz)" % gname)
-            amax = quantize.collect_amax(m, _feeds(calib, batch), method=options.get("calib_method", "minmax"))
+            amax = quantize.collect_amax(m, _feeds(calib, batch, ranges), method=options.get("calib_method", "minmax"))
             cache_ver = calib_cache.trt_version_int(cache_trt)
             cache_path = out / ("%s.calib.cache" % path.stem)
             calib_cache.write_calib_cache(cache_path, quantize.scales_from_amax(amax), cache_ver)
             cache = calib_cache.read_calib_cache(cache_path)   # the simulation uses the file as written
             qdq_path = out / ("%s.int8.qdq.onnx" % path.stem)
-            quantize.qdq_model(path, qdq_path, _feeds(calib, batch), cache.scales)
+            quantize.qdq_model(path, qdq_path, _feeds(calib, batch, ranges), cache.scales)
             qcheck = opcheck.check_ops(onnx.load(str(qdq_path)), trt_version)
             problems += ["Q/DQ model: " + p for p in qcheck["problems"]]
             entry.update(onnx_qdq=qdq_path.name, calib_cache=cache_path.name)
@@ -246,7 +260,9 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                           if len(problems) > 1 else "%s (see %s)" % (problems[0], out / "report.md"))
     rep.sections["op check"] = op_rows
     rep.sections["numerics (host simulation vs fp32 ONNX)"] = numerics
-    if task is not None and len(graphs) == 1 and options.get("evaluate", True) and precision != "fp32":
+    # Control and image (bandit) tasks score a policy by calling it; text tasks need generate().
+    if (task is not None and getattr(task, "kind", "") in ("control", "bandit") and len(graphs) == 1
+            and options.get("evaluate", True) and precision != "fp32"):
         rep.sections["task metric (host simulation)"] = _metric_rows(task, sims[graphs[0][0]])
     if precision == "int8" and profile["name"] == "jetson-nano":
         notes.append("Jetson Nano (Maxwell, sm_53) has no fast int8 (no DP4A / int8 tensor cores): TensorRT "

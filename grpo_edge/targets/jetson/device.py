@@ -35,7 +35,7 @@ def build_and_measure(out_dir, cfg: dict):
         engine = run_engine.Engine(path)
         sample = np.load(str(out / g["sample"]))
         errors = run_engine.check(engine, sample)
-        feed = {k[3:]: sample[k][:1] for k in sample.files if k.startswith("in:")}
+        feed = {k[6:]: sample[k] for k in sample.files if k.startswith("bench:")}
         bench = run_engine.benchmark(engine, feed, 500, tegrastats=on_jetson())
         rows.append({"graph": g["name"], "engine": Path(path).name, "build_s": secs,
                      "max_abs_err_vs_fp32": max(errors.values()) if errors else None, **bench})

@@ -165,11 +165,9 @@ def benchmark(engine, feed, iters=500, warmup=50, tegrastats=True):
 
 
 def check(engine, sample):
-    """Run the engine on the saved sample inputs; max |engine - reference| per output."""
+    """Run the engine on the saved check batch; max |engine - reference| per output."""
     import numpy as np
-    feed = {k[3:]: sample[k] for k in sample.files if k.startswith("in:")}
-    rows = [engine({k: v[i:i + 1] for k, v in feed.items()}) for i in range(len(next(iter(feed.values()))))]
-    got = {n: np.concatenate([r[n] for r in rows]) for n in engine.outputs}
+    got = engine({k[3:]: sample[k] for k in sample.files if k.startswith("in:")})
     return {n: float(np.max(np.abs(got[n].astype(np.float64) - sample["ref:" + n].astype(np.float64))))
             for n in engine.outputs if ("ref:" + n) in sample.files}
 
@@ -191,7 +189,7 @@ def main(argv=None):
         engine = Engine(path)
         sample = np.load(os.path.join(folder, g["sample"]))
         errors = check(engine, sample)
-        feed = {k[3:]: sample[k][:1] for k in sample.files if k.startswith("in:")}
+        feed = {k[6:]: sample[k] for k in sample.files if k.startswith("bench:")}
         bench = benchmark(engine, feed, a.iters, tegrastats=not a.no_tegrastats)
         res = {"graph": g["name"], "precision": precision, "engine": path, "max_abs_err": errors,
                "latency": bench}
