@@ -1,0 +1,221 @@
+"""`grpo-edge bench`: one checkpoint, every format, side by side (Markdown + JSON + PNG).
+
+    rows = run_bench("runs/cartpole/checkpoint.pt", "out/bench", targets=("rpi4", "rpi5", "esp32s3"))
+
+Rows: torch, onnx fp32, onnx int8, tflite fp32, tflite int8 (+ extra_rows, e.g. a target's artifact).
+Columns: size (exact), the task's own metric (measured on this host), host latency (measured on this
+host: single-sample calls, warm-up then median, in this process), and per target profile the device
+latency and energy per inference (ESTIMATED from targets/<name>.yaml; method in the JSON legend), status.
+"""
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.report import atomic_write_bytes, atomic_write_text
+
+FORMATS = ("torch", "onnx fp32", "onnx int8", "tflite fp32", "tflite int8")
+DEFAULTS = {"runs": 500, "warmup": 50, "eval_n": 0, "calibration": None, "calibration_samples": 512,
+            "method": "minmax", "seed": 0}
+
+
+def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=None, extra_rows=()) -> list:
+    """Build every format from `checkpoint` into out_dir, measure and estimate; write bench.{md,json,png}.
+
+    options: runs / warmup (host latency), eval_n (task metric size, 0 = task default), calibration
+    (.npz, default: the task's inputs visited by the policy), calibration_samples, method, seed.
+    Returns the rows (dicts); a format that cannot be built or run has status "skipped: ..." or
+    "failed: ..." and empty figures, never a made-up number.
+    """
+    import torch
+    from grpo_edge.bench.runtime import median_latency, onnx_policy, task_metric
+    from grpo_edge.core.checkpoint import load_policy
+    from grpo_edge.export.calibration import load_calibration, task_from_state, task_inputs
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.export.onnx_utils import count_macs, load_onnx, session
+    from grpo_edge.export.torch2onnx import torch2onnx
+    from grpo_edge.targets.profiles import estimate_energy, estimate_latency, load_profile
+
+    opts = dict(DEFAULTS, **(options or {}))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    profiles = [load_profile(t) for t in targets]
+    model, state = load_policy(checkpoint)
+    try:
+        task = task_from_state(state, seed=opts["seed"])
+    except Exception as e:
+        task, task_err = None, str(e).splitlines()[0]
+    spec = model.export_spec(batch_size=1)
+    single = not isinstance(spec, dict) and len(spec.input_names) == 1
+    example = spec.example_inputs[0].numpy() if single else None
+    paths = {"onnx fp32": out / "model.onnx", "onnx int8": out / "model.int8.onnx",
+             "tflite fp32": out / "model.tflite", "tflite int8": out / "model.int8.tflite"}
+    rows = {f: {"format": f, "file": "", "size_bytes": None, "metric": None, "host_latency_s": None,
+                "status": "ok"} for f in FORMATS}
+
+    def run_row(fmt, build):
+        try:
+            build(rows[fmt])
+        except Exception as e:  # one format failing must not hide the others
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            kind = ("skipped: " if "not installed" in msg else
+                    "unsupported: " if "no TFLite mapping" in msg or "several files" in msg else "failed: ")
+            rows[fmt]["status"] = kind + msg[:200]
+
+    def metric(policy):
+        return task_metric(task, policy, opts["eval_n"]) if task is not None and single else None
+
+    def torch_row(r):
+        buf = io.BytesIO()
+        torch.save(model.state_dict(), buf)
+        r.update(file=str(checkpoint), size_bytes=len(buf.getvalue()), metric=metric(model))
+        if single:
+            with torch.no_grad():
+                x = torch.as_tensor(example)
+                r["host_latency_s"] = median_latency(lambda a: model(a), x, opts["runs"], opts["warmup"])
+    run_row("torch", torch_row)
+
+    def onnx_row(fmt, reference):
+        def build(r):
+            if fmt == "onnx fp32":
+                torch2onnx(model, paths[fmt])
+            else:
+                if not single:
+                    raise RuntimeError("int8 needs a single-input runtime function (calibration from decoding "
+                                       "is not supported yet)")
+                if opts["calibration"]:
+                    calib = load_calibration(opts["calibration"])
+                else:
+                    calib = task_inputs(task, opts["calibration_samples"], policy=model)
+                calib = {spec.input_names[0]: np.asarray(next(iter(calib.values())) if isinstance(calib, dict)
+                                                         else calib, dtype=np.float32)}
+                onnx2int8(paths["onnx fp32"], calib, paths[fmt], method=opts["method"])
+            if not paths[fmt].exists():
+                raise RuntimeError("%s exports several files: bench covers single-file models" % state["arch"])
+            r.update(file=paths[fmt].name, size_bytes=paths[fmt].stat().st_size)
+            if single:
+                r["metric"] = metric(onnx_policy(paths[fmt], reference=reference))
+                sess = session(paths[fmt], optimize=True)
+                name = sess.get_inputs()[0].name
+                r["host_latency_s"] = median_latency(lambda a: sess.run(None, {name: a}), example,
+                                                     opts["runs"], opts["warmup"])
+        return build
+    run_row("onnx fp32", onnx_row("onnx fp32", False))
+    run_row("onnx int8", onnx_row("onnx int8", True))
+
+    def tflite_row(fmt, src):
+        def build(r):
+            from grpo_edge.bench.tflite import _Runner, onnx2tflite, tflite_available, tflite_policy
+            ok, why = tflite_available()
+            if not ok:
+                raise RuntimeError(why)
+            if not paths[src].exists():
+                raise RuntimeError("no %s to convert" % src)
+            onnx2tflite(paths[src], paths[fmt])
+            r.update(file=paths[fmt].name, size_bytes=paths[fmt].stat().st_size, metric=metric(tflite_policy(paths[fmt])))
+            run = _Runner(paths[fmt])
+            r["host_latency_s"] = median_latency(run, example, opts["runs"], opts["warmup"])
+        return build
+    run_row("tflite fp32", tflite_row("tflite fp32", "onnx fp32"))
+    run_row("tflite int8", tflite_row("tflite int8", "onnx int8"))
+
+    macs = count_macs(load_onnx(paths["onnx fp32"])) if paths["onnx fp32"].exists() else 0
+    result = [rows[f] for f in FORMATS] + [dict(r) for r in extra_rows]
+    for r in result:
+        dtype = "int8" if "int8" in r["format"] else "fp32"
+        for p in profiles:
+            lat = en = None
+            if macs and r["format"] != "torch" and r["status"] == "ok":
+                e = estimate_latency(p, macs, dtype)
+                lat, en = e["value"], estimate_energy(p, e["value"])["value"]
+            r["%s_latency_s" % p["name"]] = lat
+            r["%s_energy_j" % p["name"]] = en
+    legend = _legend(task, profiles, macs, opts, checkpoint)
+    if task is None:
+        legend["metric"] = "no task metric: %s" % task_err
+    doc = {"checkpoint": str(checkpoint), "arch": state["arch"], "task": state.get("task"), "macs": macs,
+           "legend": legend, "rows": result}
+    atomic_write_text(out / "bench.json", json.dumps(doc, indent=2, default=str))
+    atomic_write_text(out / "bench.md", bench_markdown(doc))
+    atomic_write_bytes(out / "bench.png", bench_chart(doc))
+    return result
+
+
+def _legend(task, profiles, macs, opts, checkpoint):
+    leg = {"size_bytes": "exact: file size (torch: serialized state dict)",
+           "metric": ("measured-host: %s.evaluate(...)['%s'], greedy, eval_n=%s; onnx int8 scored with ORT graph "
+                      "optimizations off (QDQ reference arithmetic)" % (type(task).__name__, task.metric_name,
+                                                                      opts["eval_n"] or "task default"))
+           if task is not None else "",
+           "host_latency_s": "measured-host: one sample per call, %d warm-up then median of %d, in-process, 1 thread "
+                             "(ORT / LiteRT builtin kernels / torch eager)" % (opts["warmup"], opts["runs"]),
+           "status": "ok, or why a format was skipped / failed"}
+    for p in profiles:
+        leg["%s_latency_s" % p["name"]] = ("ESTIMATE: call_overhead_s + %d MACs / <dtype>_macs_per_s from targets/%s.yaml "
+                                          "(figures labelled estimate there)" % (macs, p["name"]))
+        leg["%s_energy_j" % p["name"]] = ("ESTIMATE: active_power_w (%s) x estimated latency"
+                                         % p["figures"]["active_power_w"]["label"])
+    return leg
+
+
+def _fmt(v, scale=1.0, digits=4):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "%.*g" % (digits, v * scale)
+    return str(v)
+
+
+def bench_markdown(doc) -> str:
+    """The table as Markdown: every column header says how its figures were obtained."""
+    rows = doc["rows"]
+    targets = [k[:-len("_latency_s")] for k in rows[0] if k.endswith("_latency_s") and k != "host_latency_s"]
+    metric = "metric" if not doc["legend"].get("metric") else "metric (measured-host)"
+    head = ["format", "size KB (exact)", metric, "host latency us (measured-host)"]
+    for t in targets:
+        head += ["%s latency us (ESTIMATE)" % t, "%s energy uJ (ESTIMATE)" % t]
+    head.append("status")
+    lines = ["# grpo-edge bench: %s (%s, task %s)" % (Path(doc["checkpoint"]).name, doc["arch"], doc["task"]), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["format"], _fmt(r["size_bytes"] / 1024.0 if r["size_bytes"] else None), _fmt(r["metric"]),
+                 _fmt(r["host_latency_s"], 1e6, 3)]
+        for t in targets:
+            cells += [_fmt(r.get("%s_latency_s" % t), 1e6, 3), _fmt(r.get("%s_energy_j" % t), 1e6, 3)]
+        cells.append(r["status"])
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "How each column was obtained:", ""]
+    lines += ["- `%s`: %s" % (k, v) for k, v in doc["legend"].items() if v]
+    return "\n".join(lines) + "\n"
+
+
+def bench_chart(doc) -> bytes:
+    """PNG: task metric per format (measured) and latency per format (host measured, devices ESTIMATED)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in doc["rows"] if r["status"] == "ok"]
+    names = [r["format"] for r in rows]
+    targets = [k[:-len("_latency_s")] for k in doc["rows"][0] if k.endswith("_latency_s") and k != "host_latency_s"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    a1.bar(names, [r["metric"] or 0 for r in rows], color="#4c72b0")
+    a1.set_title("task metric (measured on host)")
+    a1.tick_params(axis="x", rotation=30)
+    series = [("host (measured)", "host_latency_s")] + [("%s (ESTIMATE)" % t, "%s_latency_s" % t) for t in targets]
+    w = 0.8 / len(series)
+    xs = np.arange(len(rows))
+    for i, (label, key) in enumerate(series):
+        a2.bar(xs + i * w, [(r.get(key) or 0) * 1e6 for r in rows], w, label=label, hatch=None if i == 0 else "//")
+    a2.set_xticks(xs + w * (len(series) - 1) / 2)
+    a2.set_xticklabels(names, rotation=30)
+    a2.set_yscale("log")
+    a2.set_ylabel("latency per inference, us")
+    a2.set_title("latency: host measured, devices ESTIMATED")
+    a2.legend(fontsize=7)
+    fig.suptitle("grpo-edge bench: %s (%s)" % (doc["task"], doc["arch"]))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
