@@ -366,7 +366,8 @@ def generate(graph, prefix: str) -> Generated:
     src = [stamp(graph, prefix + "_model.c"),
            "#include <stdint.h>\n#include \"%s_model.h\"\n" % prefix,
            "/* Activations: %d bytes planned (%d without buffer reuse). */" % (plan.arena_bytes, plan.naive_bytes),
-           "static union { int32_t align; int8_t bytes[%d]; } %s_arena;\n" % (arena, prefix),
+           ("static union { int32_t align; int8_t bytes[%d]; } %s_arena;\n" % (arena, prefix)
+            if plan.arena_bytes else "/* no arena: every op reads in and writes out */\n"),
            HELPERS.format(p=prefix)]
     src += e.data
     src += e.funcs

@@ -1,0 +1,25 @@
+/* grpo-edge firmware app: portable C99, no libc needed (prints through grpo_platform_write). */
+#ifndef GRPO_APP_H
+#define GRPO_APP_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Provided by the platform (main.c on ESP-IDF, host/platform_host.c on a PC). */
+void grpo_platform_write(const char *line);
+int64_t grpo_platform_time_us(void);
+
+/* FNV-1a over int8 outputs: the checksum the firmware prints and `grpo-edge flash` checks. */
+uint32_t grpo_fnv1a(uint32_t h, const int8_t *p, int n);
+
+/* Run the built-in test vectors once (checksum line), then `repeats` timed passes (timing line).
+   Returns 0 when the checksum matches the one computed by the NumPy reference at deploy time. */
+int grpo_app_run(int repeats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

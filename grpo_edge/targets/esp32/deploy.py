@@ -1,0 +1,251 @@
+"""deploy(): int8 QDQ ONNX -> ESP-IDF firmware + report (simulated, estimated, TFLM baseline).
+
+    from grpo_edge.targets.esp32 import deploy
+    report = deploy("model.int8.onnx", "esp32c3", "out/", {"prefix": "cartpole"})
+"""
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.errors import TargetError
+from grpo_edge.report import Report
+
+from . import codegen, firmware, parse, rv32, simulate, tflm
+from .ir import Graph
+
+# What ESP-IDF itself takes, so the model gets the rest (our estimates, see docs/esp32.md).
+IDF_FLASH_RESERVED = 256 * 1024      # bootloader-free app image base: IDF runtime, drivers, newlib
+APP_PARTITION = 1536 * 1024          # CONFIG_PARTITION_TABLE_SINGLE_APP_LARGE
+IDF_RAM_RESERVED = 160 * 1024        # FreeRTOS, IDF heap users, caches, main task stack
+STACK_ESTIMATE = 512
+CODE_PER_OP = 400                    # bytes of rv32 code per generated op (observed 200-700 at -O2)
+
+DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
+            "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None}
+
+
+def _profile(profile):
+    """A profile name, a load_profile() dict or a plain dict {clock_hz, sram_bytes, ...} -> (name, getter)."""
+    if isinstance(profile, str):
+        from grpo_edge.targets.profiles import load_profile
+        profile = load_profile(profile)
+    if not isinstance(profile, dict):
+        raise TargetError("profile must be a name or a dict, got %s" % type(profile).__name__)
+    figs = profile.get("figures")
+    name = profile.get("name", "custom")
+
+    def get(key, default=None):
+        if isinstance(figs, dict) and key in figs:
+            f = figs[key]
+            return f.get("value", default) if isinstance(f, dict) else f
+        return profile.get(key, default)
+
+    def source(key):
+        if isinstance(figs, dict) and isinstance(figs.get(key), dict):
+            return "%s profile: %s" % (name, figs[key].get("source", ""))
+        return "%s profile (given)" % name
+    return name, get, source
+
+
+def default_prefix(path) -> str:
+    stem = Path(str(path)).name.split(".")[0]
+    p = re.sub(r"[^A-Za-z0-9_]", "_", stem) or "model"
+    return ("m_" + p if p[0].isdigit() else p)[:32]
+
+
+def fit_check(graph: Graph, plan, profile) -> dict:
+    """Fail BEFORE generating when the model cannot fit the chip's flash or RAM."""
+    name, get, _ = _profile(profile)
+    flash_need = graph.weight_bytes() + CODE_PER_OP * len(graph.ops) + 2048
+    ram_need = plan.arena_bytes + STACK_ESTIMATE + graph.tensors[graph.output].size
+    flash_total = int(get("flash_bytes", 4 << 20))
+    flash_avail = min(flash_total, APP_PARTITION) - IDF_FLASH_RESERVED
+    sram = int(get("sram_bytes", 320 * 1024))
+    psram = int(get("psram_bytes", 0) or 0)
+    ram_avail = sram - IDF_RAM_RESERVED
+    hint = "try a smaller model (fewer hidden units / channels)"
+    if name != "esp32s3":
+        hint += ", or --target esp32s3 with PSRAM (8 MB variants)"
+    if flash_need > flash_avail:
+        raise TargetError("model needs about %d bytes of flash (weights %d + code), %s allows %d (%d B flash, %d B app "
+                          "partition, %d B for ESP-IDF): %s"
+                          % (flash_need, graph.weight_bytes(), name, flash_avail, flash_total, APP_PARTITION,
+                             IDF_FLASH_RESERVED, hint))
+    if ram_need > ram_avail:
+        extra = " (PSRAM %d B not used by the static arena)" % psram if psram else ""
+        raise TargetError("model needs %d bytes of RAM (arena %d + stack/output %d), %s allows %d (%d B SRAM minus %d B "
+                          "for ESP-IDF)%s: %s" % (ram_need, plan.arena_bytes, ram_need - plan.arena_bytes, name,
+                                                  ram_avail, sram, IDF_RAM_RESERVED, extra, hint))
+    return {"flash_needed_estimate": flash_need, "flash_available": flash_avail,
+            "ram_needed_estimate": ram_need, "ram_available": ram_avail}
+
+
+def onnx2c(int8_onnx_path, out_dir, prefix=None) -> dict:
+    """Pure exporter: int8 QDQ ONNX -> out_dir/<prefix>_model.{c,h}. Fails before writing on any
+    unsupported op. Returns {"header", "source", "arena_bytes", "ops", "prefix"}."""
+    prefix = codegen.check_prefix(prefix or default_prefix(int8_onnx_path))
+    graph = parse.parse(int8_onnx_path)
+    gen = codegen.generate(graph, prefix)
+    files = codegen.write(gen, out_dir)
+    return {"header": files["header"], "source": files["source"], "arena_bytes": gen.plan.arena_bytes,
+            "ops": [op.kind for op in graph.ops], "prefix": prefix}
+
+
+def _require_tools() -> bool:
+    return os.environ.get("GRPO_EDGE_REQUIRE_TOOLS", "") == "1"
+
+
+def deploy(source, profile, out_dir, options=None) -> Report:
+    """int8 QDQ ONNX `source` -> out_dir/firmware (ESP-IDF project + generated model) and
+    out_dir/report.{json,md}. options: see DEFAULTS."""
+    opts = dict(DEFAULTS)
+    unknown = set(options or {}) - set(DEFAULTS)
+    if unknown:
+        raise TargetError("unknown esp32 deploy option(s): %s (known: %s)" % (", ".join(sorted(unknown)),
+                                                                            ", ".join(sorted(DEFAULTS))))
+    opts.update(options or {})
+    src = Path(str(source))
+    if not src.is_file():
+        raise TargetError("model file not found: %s" % src)
+    if src.suffix != ".onnx":
+        raise TargetError("esp32 deploy takes an int8 QDQ .onnx (export a checkpoint with onnx2int8 first), got %s" % src.name)
+    pname, get, fsource = _profile(profile)
+    prefix = codegen.check_prefix(opts["prefix"] or default_prefix(src))
+
+    graph = parse.parse(src)                        # unsupported op -> ExportError, nothing written
+    gen = codegen.generate(graph, prefix)
+    fit = fit_check(graph, gen.plan, profile)       # too big -> TargetError, nothing written
+
+    out = Path(out_dir)
+    fw = firmware.assemble(graph, gen, out, opts["n_vectors"], opts["seed"])
+    rep = Report(title="ESP32 deploy: %s" % src.name, target=pname)
+    rep.notes.append("Arithmetic: TFLite int8 rules, double rounding (TFLM default); tanh/sigmoid as 256-entry tables.")
+    rep.sections["model"] = graph.summary()
+    rep.sections["fit_check"] = fit
+    rep.add("arena_bytes", gen.plan.arena_bytes, "B", "exact", "buffer-lifetime planner (no reuse: %d B)" % gen.plan.naive_bytes)
+    rep.add("weights_bytes", graph.weight_bytes(), "B", "exact", "int8 weights + int32 bias/multipliers + int8 shifts")
+    macs = sum(op.macs(graph.tensors) for op in graph.ops if op.kind in ("fc", "conv"))
+    rep.add("macs_per_inference", macs, "MAC", "exact", "sum over fc/conv ops")
+
+    rng = np.random.default_rng(opts["seed"])
+    in_shape = graph.tensors[graph.input].shape
+    x_int8 = rng.integers(-128, 128, size=(opts["n_check"],) + tuple(in_shape[1:])).astype(np.int8)
+
+    # 1. host C == reference, two optimisation levels
+    host = simulate.host_check(graph, gen, x_int8)
+    rep.sections["host_simulation"] = host
+    rep.add("host_bit_exact", host["bit_exact"], "", "measured-host",
+            "gcc %s, %d random int8 inputs vs NumPy reference" % (" ".join(simulate.CFLAGS), len(x_int8)))
+    if not host["bit_exact"]:
+        raise TargetError("generated C differs from the NumPy reference on the host (%s): not deploying"
+                          % {k: v["mismatches"] for k, v in host["builds"].items()})
+
+    # 2. onnxruntime QDQ within 1 LSB per op
+    if opts["ort"]:
+        xf = (opts["eval_inputs"] if opts["eval_inputs"] is not None
+              else rng.standard_normal((200,) + tuple(in_shape[1:])).astype(np.float32))
+        xf = np.asarray(xf, dtype=np.float32).reshape((-1,) + tuple(in_shape[1:]))
+        o = simulate.ort_check(graph, src, xf[:500])
+        rep.sections["onnxruntime_check"] = o
+        rep.add("ort_max_lsb_per_op", o["per_op_max_lsb"], "LSB", "measured-host",
+                "onnxruntime QDQ, graph optimizations disabled, our reference fed ORT's int8 inputs per op")
+        rep.add("ort_max_lsb_end_to_end", o["end_to_end_max_lsb"], "LSB", "measured-host", "same inputs, whole model")
+        if opts["fp32_onnx"]:
+            agree = fp32_agreement(graph, opts["fp32_onnx"], xf)
+            rep.add("decision_agreement_fp32", agree, "", "measured-host",
+                    "argmax of int8 reference vs fp32 ONNX on %d eval inputs" % len(xf))
+
+    # 3. rv32imc instruction-level simulation
+    clock = float(get("clock_hz", 160e6))
+    if opts["rv32"] and (rv32.available() or _require_tools()):
+        r = rv32.rv32_check(graph, gen, x_int8[:min(200, len(x_int8))])
+        rep.sections["rv32_simulation"] = r
+        n = r["instructions"]["mean"]
+        rep.add("rv32_bit_exact", r["bit_exact"], "", "measured-host", "unicorn rv32imc vs NumPy reference")
+        rep.add("rv32_instructions_per_inference", int(round(n)), "instr", "measured-host",
+                "unicorn rv32imc, exact count, %s" % r["compiler"])
+        flash_ours = r["sections"]["text"] + r["sections"]["rodata"] + r["sections"]["data"]
+        rep.add("flash_bytes", flash_ours, "B", "measured-host", "rv32imc -O2 ELF: .text + .rodata + .data of the model")
+        rep.add("ram_bytes", gen.plan.arena_bytes + r["stack_bytes"], "B", "measured-host",
+                "arena %d + measured rv32 stack %d" % (gen.plan.arena_bytes, r["stack_bytes"]))
+        lat = n * rv32.CPI_RV32 / clock
+        how = ("rv32imc count x CPI %.1f (assumed) / %s clock %.0f MHz" % (rv32.CPI_RV32, pname, clock / 1e6))
+        if pname != "esp32c3":
+            how += "; Xtensa assumed to need the same instruction count as rv32imc (no Xtensa compiler here)"
+        rep.add("latency_s", lat, "s", "estimated", how + " [%s]" % fsource("clock_hz"))
+        power = get("active_power_w")
+        if power:
+            rep.add("energy_j", lat * float(power), "J", "estimated",
+                    "latency estimate x active_power_w %.3g W [%s]" % (float(power), fsource("active_power_w")))
+    elif opts["rv32"]:
+        rep.notes.append("rv32 simulation skipped: %s" % rv32.missing_reason())
+
+    # 4. TFLite Micro baseline
+    if opts["tflm"] and (tflm.available() or _require_tools()):
+        rep.sections["tflm_baseline"] = tflm_baseline(graph, gen, x_int8, opts, out)
+    elif opts["tflm"]:
+        rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
+
+    rep.sections["firmware"] = {"dir": str(fw["dir"]), "checksum": "0x%08x" % fw["checksum"],
+                                "test_vectors": fw["n_vectors"],
+                                "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
+                                         % (fw["dir"], pname if pname.startswith("esp32") else "esp32"),
+                                "flash": "grpo-edge flash %s --port PORT" % out}
+    rep.write(out)
+    return rep
+
+
+def fp32_agreement(graph, fp32_onnx, xf) -> float:
+    from . import reference as R
+    sess = simulate.ort_session(str(fp32_onnx))
+    name = sess.get_inputs()[0].name
+    yf = np.concatenate([sess.run(None, {name: xf[i:i + 1]})[0] for i in range(len(xf))]).reshape(len(xf), -1)
+    t = graph.tensors[graph.input]
+    yq = R.run(graph, R.quantize(xf, t.scale, t.zero_point)).reshape(len(xf), -1)
+    return float((yq.argmax(1) == yf.argmax(1)).mean())
+
+
+def tflm_baseline(graph, gen, x_int8, opts, out) -> dict:
+    """Same parameters in TFLite Micro: outputs, arena, flash, host instructions (callgrind)."""
+    from . import reference as R
+    try:
+        buf, notes = tflm.to_tflite(graph)
+    except TargetError as e:
+        return {"skipped": str(e)}
+    res = {"tflm": tflm.tflm_env_note(), "notes": notes, "tflite_bytes": len(buf)}
+    (Path(out) / (gen.prefix + ".tflite")).write_bytes(buf)
+    with tempfile.TemporaryDirectory(prefix="tflm_") as d:
+        mp = Path(d) / "m.tflite"
+        mp.write_bytes(buf)
+        ar = tflm.find_arena(mp, d)
+        res.update(ar)
+        n = min(200, len(x_int8))
+        y = tflm.run(mp, tflm.to_tflm_input(graph, x_int8[:n]), d, ar["arena_bytes"]).reshape(n, -1)
+        ref = R.run(graph, x_int8[:n])
+        ref = (ref.transpose(0, 2, 3, 1) if ref.ndim == 4 else ref).reshape(n, -1)
+        diff = np.abs(y.astype(np.int64) - ref.astype(np.int64))
+        res["outputs"] = {"n_inputs": n, "bit_exact": bool(diff.max() == 0), "max_lsb": int(diff.max()),
+                          "frac_diff": float((diff > 0).mean()),
+                          "reason": "; ".join(notes) if diff.max() else ""}
+        if opts["callgrind"] and (shutil_which("valgrind") or _require_tools()):
+            k = opts["n_callgrind"]
+            res["instructions_per_inference"] = {
+                "ours": simulate.host_callgrind(gen, x_int8, k),
+                "tflm": tflm.tflm_callgrind(mp, tflm.to_tflm_input(graph, x_int8), d, ar["arena_bytes"], k),
+                "how": "valgrind callgrind, x86-64 host, inclusive instructions of %s_invoke (gcc -O2) vs "
+                       "tflite::MicroInterpreter::Invoke (pip tflite-micro), mean over %d inputs" % (gen.prefix, k)}
+            ipi = res["instructions_per_inference"]
+            ipi["ratio"] = ipi["ours"] / ipi["tflm"]
+    res["ram"] = {"ours_arena": gen.plan.arena_bytes, "tflm_arena": res["arena_bytes"],
+                  "ratio": gen.plan.arena_bytes / float(res["arena_bytes"])}
+    res["flash"] = {"tflm_model": len(buf), "tflm_runtime_estimate": list(tflm.TFLM_RUNTIME_FLASH),
+                    "how": ".tflite bytes (measured) + TFLM interpreter code 10-20 KB (public figure, estimate) + kernels"}
+    return res
+
+
+def shutil_which(name):
+    import shutil
+    return shutil.which(name)
