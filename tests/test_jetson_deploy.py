@@ -187,3 +187,15 @@ def test_checkpoint_int8_keeps_task_metric(task, target, tmp_path):
         assert rows[0]["return"] > 400           # the fixture balances the pole
         assert any("no fast int8" in n for n in rep.notes)   # the Nano's Maxwell GPU
     assert rep.sections["export"]["opset"] == (13 if target == "jetson-nano" else 17)
+
+
+def test_deploy_int8_nano_from_calibration_file(tiny_onnx, tmp_path):
+    np.save(str(tmp_path / "calib.npy"), _calib(32))
+    rep = deploy(tiny_onnx, "jetson-nano", str(tmp_path / "nano"),
+                 {"precision": "int8", "calibration": str(tmp_path / "calib.npy"), "calib_method": "percentile"})
+    rows = rep.sections["numerics (host simulation vs fp32 ONNX)"]
+    assert rows[0]["engine"].endswith("<- this device")            # Nano: the calibration-cache route
+    assert rep.sections["calibration"][0]["samples"] == 32
+    assert rep.sections["calibration"][0]["method"] == "percentile"
+    assert any("no fast int8" in n for n in rep.notes)
+    assert "--workspace=256" in (tmp_path / "nano" / "build_engine.sh").read_text()

@@ -114,36 +114,37 @@ def _random_inputs(ranges, n, vocab, rng):
 
 
 def _calibration(options, ranges, task, model, n):
-    """{input name: array (n, ...)} from options['calibration'] or the task, or None."""
+    """{input name: array (n, ...)} from options['calibration'] (array, dict or .npy/.npz read by
+    grpo_edge.export.calibration.load_calibration) or from the checkpoint's task (driven by its policy)."""
+    from grpo_edge.export.calibration import load_calibration, task_inputs
     c = options.get("calibration")
     names = [r["name"] for r in ranges]
     if isinstance(c, (str, Path)):
-        p = Path(c)
-        if not p.is_file():
-            raise TargetError("calibration file not found: %s" % p)
-        c = dict(np.load(str(p))) if p.suffix == ".npz" else np.load(str(p))
+        c = load_calibration(c)
     if c is None and task is not None:
-        try:
-            c = task.calibration_inputs(n, policy=model)
-        except TypeError:
-            c = task.calibration_inputs(n)
+        c = task_inputs(task, n, policy=model)
     if c is None:
         return None
     if not isinstance(c, dict):
         c = {names[0]: np.asarray(c)}
+    if len(c) == 1 and len(names) == 1:         # one array ("inputs" in a saved set) for a one-input graph
+        c = {names[0]: next(iter(c.values()))}
     missing = [k for k in names if k not in c]
     if missing:
         raise TargetError("calibration data has no values for input(s) %s (have %s)" % (", ".join(missing), ", ".join(c)))
-    return {k: np.asarray(c[k])[:n].astype(r["dtype"]) for k, r in zip(names, ranges)}
+    return {k: np.take(np.asarray(c[k]), range(min(n, np.asarray(c[k]).shape[r["batch_axis"]])),
+                       axis=r["batch_axis"]).astype(r["dtype"]) for k, r in zip(names, ranges)}
 
 
 def _task(state):
-    if not state or not state.get("task"):
+    """The checkpoint's task, or None when it cannot be rebuilt here (optional package missing...)."""
+    if not state:
         return None
+    from grpo_edge.errors import CheckpointError
+    from grpo_edge.export.calibration import task_from_state
     try:
-        from grpo_edge.tasks import get_task
-        return get_task(state["task"], (state.get("config") or {}).get("task"), seed=0)
-    except Exception:  # task needs an optional package, or is a user task that is not importable here
+        return task_from_state(state)
+    except CheckpointError:
         return None
 
 
