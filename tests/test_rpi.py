@@ -89,6 +89,19 @@ def test_runner_stdin_and_bench_without_torch(deployed):
     assert b["latency_median_s"] > 0 and b["how"] == "measured-host" and "power" not in b
 
 
+def test_runner_choose_rewrites_deploy_json(deployed, tmp_path):
+    import shutil
+    out, _ = deployed
+    d = tmp_path / "copy"
+    shutil.copytree(str(out), str(d))
+    r = _run(d, ["-c", NO_TORCH, "--choose", "--runs", "50", "--warmup", "5", "--json"])
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((d / "deploy.json").read_text())
+    assert cfg["chosen"] == json.loads(r.stdout)["chosen"] and "device_bench" in cfg
+    if not cfg["int8_allowed"]:
+        assert cfg["chosen"] == "model.onnx"
+
+
 def test_runner_reads_pi5_power(deployed, tmp_path):
     # vcgencmd exists only on a Pi: a stand-in prints the PMIC's line format so the parser is exercised.
     out, _ = deployed

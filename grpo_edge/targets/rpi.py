@@ -144,7 +144,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
 
     chosen, why = _choose(keep, lat, opts["min_retention"])
     rep.sections["choice"] = {"chosen": chosen, "why": why}
-    deploy_cfg = {"chosen": chosen, "why": why, "inputs": inputs, "outputs": io_specs(m32, "output"),
+    deploy_cfg = {"chosen": chosen, "why": why, "int8_allowed": bool(keep is not None and keep >= opts["min_retention"]),
+                  "inputs": inputs, "outputs": io_specs(m32, "output"),
                   "target": prof["name"], "source": str(source), "tolerance_fp32": opts["tolerance"]}
     atomic_write_text(out / "deploy.json", json.dumps(deploy_cfg, indent=2))
 
@@ -163,7 +164,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     rep.notes += [
         "Device figures are ESTIMATES: latency = call_overhead_s + MACs / effective MAC rate of one core; "
         "energy = active_power_w x estimated latency (board power); every input figure and its source is in "
-        "targets/%s.yaml. On the Pi, `python3 runner.py --bench` measures instead%s." % (
+        "targets/%s.yaml. On the Pi, `python3 runner.py --bench` measures instead%s; "
+        "`python3 runner.py --choose` re-picks fp32/int8 by latency measured there." % (
             prof["name"], " and reads power with vcgencmd pmic_read_adc" if prof["name"] == "rpi5" else
             " (the Pi 4 has no power sensor: use a USB meter)"),
         "int8 accuracy is judged with ORT graph optimizations off (the QDQ arithmetic itself): on x86 CPUs "

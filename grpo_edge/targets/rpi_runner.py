@@ -162,6 +162,27 @@ def bench(runner, runs=1000, warmup=100, power=True):
     return out
 
 
+def choose(runs, warmup, threads):
+    """Re-pick fp32 vs int8 by measuring both HERE; int8 only if the host check allowed it (metric kept)."""
+    cfg_path = os.path.join(HERE, "deploy.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    lat = {}
+    for name in ("model.onnx", "model.int8.onnx"):
+        lat[name] = bench(Runner(os.path.join(HERE, name), threads=threads), runs, warmup, power=False)
+    fast8 = lat["model.int8.onnx"]["latency_median_s"] < lat["model.onnx"]["latency_median_s"]
+    cfg["chosen"] = "model.int8.onnx" if (cfg.get("int8_allowed") and fast8) else "model.onnx"
+    cfg["why"] = "runner.py --choose on %s: int8 %.3g s vs fp32 %.3g s median; int8 allowed: %s" % (
+        lat["model.onnx"]["machine"], lat["model.int8.onnx"]["latency_median_s"],
+        lat["model.onnx"]["latency_median_s"], bool(cfg.get("int8_allowed")))
+    cfg["device_bench"] = lat
+    tmp = cfg_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(cfg, f, indent=2)
+    os.replace(tmp, cfg_path)
+    return {"chosen": cfg["chosen"], "why": cfg["why"]}
+
+
 def chosen_model():
     cfg = os.path.join(HERE, "deploy.json")
     if os.path.exists(cfg):
@@ -181,7 +202,13 @@ def main(argv=None):
     ap.add_argument("--reference", action="store_true", help="ORT graph optimizations off")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--choose", action="store_true",
+                    help="on the device: bench fp32 and int8, keep the faster one if deploy.json allows int8")
     args = ap.parse_args(argv)
+    if args.choose:
+        result = choose(args.runs, args.warmup, args.threads)
+        print(json.dumps(result) if args.json else "chosen: %s (%s)" % (result["chosen"], result["why"]))
+        return 0
     path = args.model or chosen_model()
     if not os.path.isabs(path) and not os.path.exists(path):
         path = os.path.join(HERE, path)
