@@ -1,6 +1,5 @@
 """Op compatibility check against TensorRT's ONNX-parser operator tables (8.2 and 10.x)."""
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -282,8 +282,9 @@ def deploy(source, profile, out_dir, options=None) -> Report:
            "cache_trt_version": cache_trt, "precision": precision,
            "model": Path(source).name, "workspace_mb": int(options.get("workspace_mb", 256)), "graphs": cfg_graphs}
     atomic_write_text(out / "deploy.json", json.dumps(cfg, indent=2))
-    files = write_scripts(out, cfg, stamp, notes)
-    rep.sections["files"] = sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith("."))
+    write_scripts(out, cfg, stamp, notes)
+    rep.sections["files"] = sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")
+                                   and not p.name.startswith(("report.", "results.")))
     rep.sections["export"] = {k: v for k, v in export_info.items() if k != "files"}
     rep.notes += notes + [
         "Numerics are simulated on the host with onnxruntime (graph optimizations off); latency and energy are "
@@ -298,7 +299,6 @@ def deploy(source, profile, out_dir, options=None) -> Report:
             for k, f in measured["figures"].items():
                 rep.add(k, *f)
     rep.write(out)
-    del files
     return rep
 
 

@@ -31,8 +31,8 @@ def check_ops(model, trt_version: str) -> dict:
     supported, unsupported = set(table["supported"]), set(table["unsupported"])
     opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] or [0])
     inits = {i.name: i for i in model.graph.initializer}
-    problems = []    # type: List[str]
-    warnings = []    # type: List[str]
+    problems: List[str] = []
+    warnings: List[str] = []
     if opset > table["opset_max"]:
         warnings.append("model opset %d is above the highest opset documented for TensorRT %s (%d): ops whose "
                         "signature changed after opset %d may not import; export with opset %d"
