@@ -1,6 +1,6 @@
 /* Host shim: esp_timer_get_time() from the C library clock, and a main() calling app_main().
-   Build: gcc -std=c99 -I firmware/host -I firmware/main -I <model component> firmware/main/*.c
-          firmware/host/host_main.c <model sources> */
+   Build: gcc -std=c99 -I firmware/host -I firmware/main -I <component> firmware/main/grpo_app.c
+          firmware/main/main.c firmware/host/host_main.c <component sources> */
 #include <stdint.h>
 #include <time.h>
 

@@ -161,7 +161,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     # 3. rv32imc instruction-level simulation
     clock = float(get("clock_hz", 160e6))
     if opts["rv32"] and (rv32.available() or _require_tools()):
-        r = rv32.rv32_check(graph, gen, x_int8[:min(200, len(x_int8))])
+        r = rv32.rv32_check(graph, gen, x_int8[:min(100, len(x_int8))])
         rep.sections["rv32_simulation"] = r
         n = r["instructions"]["mean"]
         rep.add("rv32_bit_exact", r["bit_exact"], "", "measured-host", "unicorn rv32imc vs NumPy reference")
