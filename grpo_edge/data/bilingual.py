@@ -152,7 +152,7 @@ class BilingualPairLoader(object):
     def __init__(self, src_lang: str = "zh", tgt_lang: str = "en", max_length: int = 64,
                  data_path: Optional[str] = None, augment: bool = False, mono_path: Optional[str] = None,
                  batch_size: int = 32, seed: int = 0, test_fraction: float = 0.1,
-                 max_number: int = 9999, liang: bool = False, bt_epochs: int = 5, bt_model: Optional[dict] = None,
+                 max_number: int = 9999, liang: bool = False, bt_epochs: int = 30, bt_model: Optional[dict] = None,
                  bt_seed: Optional[int] = None):
         if src_lang == tgt_lang:
             raise ConfigError("src_lang and tgt_lang are both %r: a translation needs two languages" % src_lang)
