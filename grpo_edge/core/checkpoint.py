@@ -11,8 +11,11 @@ A checkpoint is a dict of plain tensors and Python scalars/lists/dicts, so that
   model         state dict
   optimizer, scheduler, rng, step, metrics   (training state; optional for deploy-only files)
 """
+import inspect
 import os
+import pickle
 import tempfile
+import types
 
 import torch
 
@@ -57,7 +60,7 @@ def load_checkpoint(path, map_location="cpu"):
     if not os.path.exists(path):
         raise CheckpointError("checkpoint not found: %s" % path)
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = _load_weights_only(path, map_location)
     except Exception as e:  # corrupt zip, truncated file, pickled objects we refuse to load
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError("%s is not a readable grpo-edge checkpoint (%s)" % (path, msg[:200]))
@@ -67,6 +70,32 @@ def load_checkpoint(path, map_location="cpu"):
         if key not in state:
             raise CheckpointError("%s is missing '%s'" % (path, key))
     return state
+
+
+# torch.load(weights_only=True) exists from torch 1.13. Older torch (JetPack 4.6 ships 1.10) gets the same
+# guarantee -- containers, scalars, strings and tensors only, never arbitrary objects -- from an unpickler
+# that refuses every global except what a tensor or a state dict needs.
+_HAS_WEIGHTS_ONLY = "weights_only" in inspect.signature(torch.load).parameters
+_SAFE_GLOBALS = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
+                 ("collections", "OrderedDict")}
+
+
+class _TensorsOnlyUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _SAFE_GLOBALS or (module == "torch" and name.endswith("Storage")):
+            return super(_TensorsOnlyUnpickler, self).find_class(module, name)
+        raise pickle.UnpicklingError("global %s.%s is not allowed in a weights-only checkpoint" % (module, name))
+
+
+_tensors_only_pickle = types.ModuleType("grpo_edge_tensors_only_pickle")   # what torch.load's pickle_module needs
+_tensors_only_pickle.Unpickler = _TensorsOnlyUnpickler
+_tensors_only_pickle.load = lambda f, **kw: _TensorsOnlyUnpickler(f, **kw).load()
+
+
+def _load_weights_only(path, map_location):
+    if _HAS_WEIGHTS_ONLY:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    return torch.load(path, map_location=map_location, pickle_module=_tensors_only_pickle)
 
 
 def load_policy(path, map_location="cpu"):
