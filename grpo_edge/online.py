@@ -1,0 +1,461 @@
+"""Online GRPO on the device: keep training a deployed policy from live experience, without breaking it.
+
+    python3 -m grpo_edge.online --config online.json --save-dir runs/online     # on a Jetson Nano, no CLI deps
+    grpo-edge train --online --config online.json --save-dir runs/online
+    python3 -m grpo_edge.online --help                                          # every key, with its default
+
+Python 3.6 + torch 1.10 (JetPack 4.6) and newer; imports only torch, numpy and grpo_edge.core (a YAML
+config needs PyYAML, a JSON config nothing). One update, repeated:
+
+    experience = G episodes per group, acted by the SERVED policy   (an env, or JSON lines on stdin / TCP)
+    candidate  <- core Trainer GRPO step on it (ratio pi_candidate / pi_served, clipped; minibatches of one
+                  group with gradient accumulation; fp16 autocast on CUDA)
+    every gate_every updates:  evaluate served and candidate on the same episodes;
+                  candidate >= served - margin ? promote (served.pt, served.onnx replaced atomically)
+                                               : roll back (candidate <- served weights, Adam state cleared)
+    every checkpoint_every updates and after every gate: state.pt (candidate, optimizer, counters, RNG)
+
+Files in the save dir (docs/online.md): served.pt (core checkpoint; load_policy reads it), served.onnx,
+state.pt, decisions.jsonl (start / resume / gate / memory / stop events), metrics.jsonl (one line per update,
+with the process RSS). A kill -9 at any moment leaves served.pt valid (it is only ever replaced by
+os.replace) and state.pt resumable; a restart drops the log lines of updates after state.pt and goes on.
+"""
+import argparse
+import copy
+import difflib
+import gc
+import json
+import os
+import signal
+import sys
+import time
+import warnings
+
+import torch
+
+from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
+from grpo_edge.core.trainer import Trainer, resolve_device
+from grpo_edge.errors import ConfigError, GrpoEdgeError
+
+# (key, default, documentation) of the `online` section; --help prints them.
+ONLINE_KEYS = [
+    ("policy", None, "checkpoint to start serving (ignored once save_dir/served.pt exists); none: a fresh mlp"),
+    ("env", None, "experience from an env: a gymnasium id, or module:Class with gymnasium-API reset/step"),
+    ("env_kwargs", {}, "keyword arguments for the env"),
+    ("env_schedule", [], "simulation studies: [[episodes, {param: value}], ...] changes the env's dynamics"),
+    ("stream", None, "experience from JSON-lines records: 'stdin' or 'tcp:PORT' (localhost)"),
+    ("max_steps", 500, "longest episode kept (longer ones are cut and marked truncated)"),
+    ("eval_episodes", 10, "env: greedy episodes per gate evaluation; stream: held-out episodes kept"),
+    ("holdout_every", 4, "stream: every N-th complete group is held out for evaluation, never trained on"),
+    ("gate_every", 5, "updates between gates (evaluate, then promote or roll back the candidate)"),
+    ("margin", 0.0, "promote when candidate >= served - margin (metric units; 0: never worse on the gate)"),
+    ("checkpoint_every", 5, "updates between state.pt writes (a restart loses at most this many)"),
+    ("max_updates", 0, "stop after this many updates in total (0: run until stopped / end of stream)"),
+    ("max_memory", "1.5G", "RSS budget of the process (bytes, or 800M / 1.5G); bounds the buffers"),
+    ("buffer_groups", 8, "stream: complete groups buffered for training (fewer if max_memory says so)"),
+    ("export_onnx", True, "write served.onnx next to served.pt when torch.onnx can export here"),
+    ("threads", 1, "torch CPU threads (1 is fastest for small policies)"),
+]
+TRAINING_DEFAULTS = {"batch_size": 2, "lr": 1e-3, "lr_scaling": "none", "steps": 10 ** 9, "minibatch_size": 0,
+                     "grad_accum_steps": 0, "grad_norm_clip": 1.0, "amp": "auto", "device": "auto", "seed": 0}
+GRPO_DEFAULTS = {"group_size": 8, "num_iterations": 2, "clip_eps": 0.2, "advantage": "reward_to_go",
+                 "gamma": 0.99, "beta": 0.0, "entropy_coef": 0.0}
+MODEL_DEFAULTS = {"arch": "mlp", "hidden": 64, "num_layers": 3, "activation": "tanh"}
+SECTIONS = ("online", "training", "grpo", "model")
+
+
+def parse_memory(value):
+    """'1.5G', '800M', '65536' -> bytes."""
+    s = str(value).strip().upper().rstrip("B")
+    mult = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}.get(s[-1:], 1)
+    try:
+        n = float(s[:-1] if s[-1:] in "KMG" else s) * mult
+    except ValueError:
+        n = -1
+    if n <= 0:
+        raise ConfigError("online.max_memory must be a size such as 1.5G or 800M, got %r" % (value,))
+    return int(n)
+
+
+def rss_bytes():
+    """Resident set size of this process now (Linux /proc; elsewhere the peak from getrusage)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+# ---------------------------------------------------------------------------------------------- config
+def load_online_config(path=None, overrides=None):
+    """Defaults < config file (JSON; YAML when PyYAML imports) < overrides ['section.key=value', ...]."""
+    raw = {}
+    if path:
+        if not os.path.isfile(path):
+            raise ConfigError("online config not found: %s" % path)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if path.endswith((".yaml", ".yml")):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError("%s is YAML but PyYAML is not installed here: write the config as JSON" % path)
+            try:
+                raw = yaml.safe_load(text) or {}
+            except yaml.YAMLError as e:
+                raise ConfigError("%s is not valid YAML (%s)" % (path, str(e).splitlines()[0]))
+        else:
+            try:
+                raw = json.loads(text)
+            except ValueError as e:
+                raise ConfigError("%s is not valid JSON (%s)" % (path, e))
+    if not isinstance(raw, dict):
+        raise ConfigError("the online config must be a mapping with sections %s" % ", ".join(SECTIONS))
+    cfg = {"online": dict((k, copy.deepcopy(d)) for k, d, _ in ONLINE_KEYS), "training": dict(TRAINING_DEFAULTS),
+           "grpo": dict(GRPO_DEFAULTS), "model": dict(MODEL_DEFAULTS)}
+    for section, values in raw.items():
+        if section == "task":      # accepted (a full training recipe can be reused) but not used online
+            continue
+        _check_key(section, SECTIONS, "config section")
+        if not isinstance(values, dict):
+            raise ConfigError("config section '%s' must be a mapping" % section)
+        cfg[section].update(values)
+    for item in overrides or []:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise ConfigError("--set expects section.key=value, got %r" % item)
+        dotted, value = item.split("=", 1)
+        section, key = dotted.strip().split(".", 1)
+        if section == "task":
+            raise ConfigError("--set %s: online training takes its experience from online.env or online.stream" % dotted)
+        _check_key(section, SECTIONS, "config section")
+        try:
+            cfg[section][key] = json.loads(value)
+        except ValueError:
+            cfg[section][key] = value
+    for key in cfg["online"]:
+        _check_key(key, [k for k, _, _ in ONLINE_KEYS], "online key")
+    return _validate(cfg)
+
+
+def _check_key(key, valid, what):
+    if key not in valid:
+        close = difflib.get_close_matches(str(key), list(valid), n=1)
+        raise ConfigError("unknown %s %r%s" % (what, key, " (did you mean %r?)" % close[0] if close else ""))
+
+
+def _validate(cfg):
+    o, t, g = cfg["online"], cfg["training"], cfg["grpo"]
+    if bool(o["env"]) == bool(o["stream"]):
+        raise ConfigError("set exactly one of online.env (an environment) and online.stream (stdin or tcp:PORT)")
+    if o["stream"] and o["stream"] != "stdin" and not str(o["stream"]).startswith("tcp:"):
+        raise ConfigError("online.stream must be 'stdin' or 'tcp:PORT', got %r" % o["stream"])
+    if o["stream"] and not o["policy"]:
+        raise ConfigError("online.stream needs online.policy: the checkpoint the robot runs")
+    for key, low in (("max_steps", 1), ("eval_episodes", 1), ("gate_every", 1), ("checkpoint_every", 1),
+                     ("max_updates", 0), ("holdout_every", 2), ("buffer_groups", 1), ("threads", 1)):
+        if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < low:
+            raise ConfigError("online.%s must be an integer >= %d, got %r" % (key, low, o[key]))
+    if not isinstance(o["margin"], (int, float)) or o["margin"] < 0:
+        raise ConfigError("online.margin must be a number >= 0 (metric units), got %r" % (o["margin"],))
+    if not isinstance(o["env_schedule"], list) or not all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[0], int) and isinstance(e[1], dict)
+            for e in o["env_schedule"]):
+        raise ConfigError("online.env_schedule must be a list of [episodes, {param: value}] pairs")
+    parse_memory(o["max_memory"])
+    if int(g["group_size"]) < 2:
+        raise ConfigError("grpo.group_size must be >= 2: advantages are relative to the group")
+    if int(t["batch_size"]) < 1:
+        raise ConfigError("training.batch_size (groups per update) must be >= 1")
+    # Small batches: one group per forward/backward, gradients accumulated over the whole batch.
+    t["minibatch_size"] = int(t["minibatch_size"]) or int(g["group_size"])
+    t["grad_accum_steps"] = int(t["grad_accum_steps"]) or max(1, int(t["batch_size"]) * int(g["group_size"])
+                                                               // t["minibatch_size"])
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------- runner
+class OnlineRunner(object):
+    """Serve a policy, train a candidate from experience, gate, checkpoint; see the module docstring."""
+
+    def __init__(self, cfg, save_dir, echo=None):
+        self.cfg, self.o = cfg, cfg["online"]
+        self.dir = save_dir
+        self.echo = echo or (lambda msg: None)
+        if not os.path.isdir(save_dir):
+            os.makedirs(save_dir)
+        self.paths = dict((k, os.path.join(save_dir, k)) for k in
+                          ("served.pt", "served.onnx", "state.pt", "decisions.jsonl", "metrics.jsonl"))
+        torch.set_num_threads(int(self.o["threads"]))
+        self.budget = parse_memory(self.o["max_memory"])
+        t = cfg["training"]
+        self.device = resolve_device(t["device"])
+        if t["amp"] == "auto":
+            t["amp"] = self.device.type == "cuda"          # fp16 autocast + loss scaling on CUDA only
+        if self.device.type == "cuda" and hasattr(torch.cuda, "set_per_process_memory_fraction"):
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, self.budget / float(total)), self.device)
+        self.stop = False
+        self.onnx_note = None
+
+        resumed_served = os.path.exists(self.paths["served.pt"])
+        served_src = self.paths["served.pt"] if resumed_served else self.o["policy"]
+        self.task = self._build_task(None if served_src is None else load_checkpoint(served_src)["model_config"])
+        if served_src:
+            served, meta = load_policy(served_src)
+        else:
+            from grpo_edge.core.models import build_model
+            m = dict(cfg["model"])
+            served, meta = build_model(m.pop("arch"), **dict(m, **self.task.model_kwargs())), {}
+        mc = served.config()
+        if (mc.get("obs_dim"), mc.get("n_actions")) != (self.task.obs_dim, self.task.n_actions):
+            raise ConfigError("policy %s maps obs_dim=%s to n_actions=%s, the experience has obs_dim=%d, %d actions"
+                              % (served_src, mc.get("obs_dim"), mc.get("n_actions"), self.task.obs_dim,
+                                 self.task.n_actions))
+        self.served = served.to(self.device).eval()
+        self.version = int(meta.get("online", {}).get("version", 0)) if resumed_served else 0
+        self.task.behaviour = self.served
+        self.trainer = Trainer(copy.deepcopy(served), self.task, cfg, device=self.device)
+        self.counters = {"update": 0, "gates": 0, "promotions": 0, "rollbacks": 0}
+        if os.path.exists(self.paths["state.pt"]):
+            self._resume()
+        else:
+            if not resumed_served:
+                self._write_served(None)
+            self.save_state()
+            self._log("decisions.jsonl", {"event": "start", "update": 0, "served_version": self.version,
+                                          "policy": served_src or "fresh %s" % cfg["model"]["arch"]})
+        self._export_onnx()   # the ONNX always matches served.pt, even after a kill between the two
+
+    def _build_task(self, model_config):
+        from grpo_edge.online_sources import EnvTask, StreamTask, make_env_factory, stdin_lines, tcp_lines
+        o, t, g = self.o, self.cfg["training"], self.cfg["grpo"]
+        if o["env"]:
+            return EnvTask(o["env"], make_env_factory(o["env"], o["env_kwargs"]), o["max_steps"],
+                           o["eval_episodes"], seed=int(t["seed"]), schedule=o["env_schedule"])
+        if "obs_dim" not in model_config or "n_actions" not in model_config:
+            raise ConfigError("online training needs a vector-observation policy (arch mlp) with obs_dim and n_actions")
+        d, n_act, G = int(model_config["obs_dim"]), int(model_config["n_actions"]), int(g["group_size"])
+        group_bytes = G * o["max_steps"] * (d + 4) * 4                 # obs, action, logp, reward per step
+        fit = int(0.1 * self.budget // group_bytes)                    # the buffer gets 10% of the budget
+        if fit < int(t["batch_size"]):
+            raise ConfigError("online.max_memory %s leaves room for %d buffered groups, training.batch_size needs %d"
+                              % (o["max_memory"], fit, int(t["batch_size"])))
+        lines = stdin_lines() if o["stream"] == "stdin" else tcp_lines(int(o["stream"].split(":", 1)[1]))
+        return StreamTask(lines, o["stream"], d, n_act, G, o["max_steps"], o["eval_episodes"], o["holdout_every"],
+                          max(int(t["batch_size"]), min(o["buffer_groups"], fit)))
+
+    # ------------------------------------------------------------------ files
+    def _log(self, name, rec):
+        rec = dict(rec, time=round(time.time(), 3))
+        with open(self.paths[name], "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def _write_served(self, evaluation):
+        state = {"arch": self.served.arch, "model_config": self.served.config(), "task": self.task.name,
+                 "task_meta": self.task.checkpoint_meta(), "config": self.cfg,
+                 "model": dict((k, v.detach().cpu()) for k, v in self.served.state_dict().items()),
+                 "metrics": {} if evaluation is None else {"return": evaluation},
+                 "online": {"version": self.version, "update": self.counters["update"], "episodes": self.task.episodes}}
+        save_checkpoint(self.paths["served.pt"], state)
+
+    def _export_onnx(self):
+        if not self.o["export_onnx"] or self.onnx_note:
+            return
+        path = self.paths["served.onnx"]
+        tmp = path + ".tmp"
+        try:
+            import inspect
+            import torch.onnx
+            model = copy.deepcopy(self.served).cpu().eval()
+            spec = model.export_spec(1)
+            kw = {"input_names": list(spec.input_names), "output_names": list(spec.output_names),
+                  "dynamic_axes": dict(spec.dynamic_axes or {}), "opset_version": 13, "do_constant_folding": True}
+            if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+                kw["dynamo"] = False     # the TorchScript exporter: one self-contained file, as TensorRT 8.2 reads
+            with open(tmp, "wb") as f, warnings.catch_warnings():
+                warnings.simplefilter("ignore")          # torch 2.x: "legacy exporter" deprecation notice
+                torch.onnx.export(spec.module, tuple(spec.example_inputs), f, **kw)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except Exception as e:         # optional on the device: served.pt stays the reference
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            self.onnx_note = "onnx export skipped: %s" % (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            self._log("decisions.jsonl", {"event": "onnx", "update": self.counters["update"], "note": self.onnx_note})
+
+    def save_state(self):
+        st = self.trainer.state_dict()
+        st["online"] = dict(self.counters, served_version=self.version)
+        save_checkpoint(self.paths["state.pt"], st)
+
+    def _resume(self):
+        st = load_checkpoint(self.paths["state.pt"])
+        self.trainer.load_state_dict(st)
+        self.counters = dict((k, int(st["online"][k])) for k in self.counters)
+        u = self.counters["update"]
+        dropped = 0
+        for name in ("metrics.jsonl", "decisions.jsonl"):      # forget what happened after state.pt
+            dropped = max(dropped, self._truncate_log(name, u))
+        self._log("decisions.jsonl", {"event": "resume", "update": u, "served_version": self.version,
+                                      "state_served_version": int(st["online"]["served_version"]),
+                                      "dropped_updates": dropped})
+        self.echo("resumed at update %d (served version %d; %d later updates lost)" % (u, self.version, dropped))
+
+    def _truncate_log(self, name, update):
+        path = self.paths[name]
+        if not os.path.exists(path):
+            return 0
+        keep, last = [], update
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue                       # a line cut by the kill
+                if int(rec.get("update", 0)) > update:
+                    last = max(last, int(rec["update"]))
+                    continue
+                keep.append(line if line.endswith("\n") else line + "\n")
+        with open(path + ".tmp", "w") as f:
+            f.writelines(keep)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+        return last - update
+
+    # ------------------------------------------------------------------ the loop
+    def gate(self):
+        cand_model = self.trainer.policy
+        s = self.task.evaluate(self.served)
+        c = self.task.evaluate(cand_model)
+        rec = {"event": "gate", "update": self.counters["update"], "served_eval": s["return"],
+               "candidate_eval": c["return"], "margin": float(self.o["margin"]), "eval_n": s["n"]}
+        if s["n"] == 0 or s["return"] != s["return"] or c["return"] != c["return"]:
+            rec["decision"] = "defer"                       # stream: no held-out episodes yet
+        elif c["return"] >= s["return"] - float(self.o["margin"]):
+            rec["decision"] = "promote"
+            self.served.load_state_dict(cand_model.state_dict())
+            self.version += 1
+            self.counters["promotions"] += 1
+            self._write_served(c["return"])
+            self._export_onnx()
+        else:
+            rec["decision"] = "rollback"
+            cand_model.load_state_dict(self.served.state_dict())
+            self.trainer.optimizer.state.clear()           # Adam moments pointed the wrong way
+            self.counters["rollbacks"] += 1
+        self.counters["gates"] += 1
+        self.save_state()
+        rec.update(served_version=self.version, episodes=self.task.episodes,
+                   dynamics_phase=getattr(self.task, "dynamics_phase", lambda: 0)())
+        self._log("decisions.jsonl", rec)
+        self.echo("update %d gate: %s (served %.1f, candidate %.1f, margin %g) -> served v%d"
+                  % (rec["update"], rec["decision"], s["return"], c["return"], rec["margin"], self.version))
+        return rec
+
+    def check_memory(self, rss):
+        if rss <= self.budget:
+            return
+        self.task.shrink()
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        after = rss_bytes()
+        self._log("decisions.jsonl", {"event": "memory", "update": self.counters["update"],
+                                      "rss_mb": rss / 2.0 ** 20, "after_shrink_mb": after / 2.0 ** 20})
+        if after > self.budget:
+            self.save_state()
+            raise GrpoEdgeError("process RSS %.0f MB is over online.max_memory (%.0f MB) even after dropping the "
+                                "buffers; lower training.batch_size / grpo.group_size or raise max_memory"
+                                % (after / 2.0 ** 20, self.budget / 2.0 ** 20))
+
+    def _on_signal(self, signum, frame):
+        self.stop = True
+        if getattr(self.task, "io_wait", False):           # blocked reading the stream: leave now
+            raise KeyboardInterrupt()
+
+    def run(self):
+        """Update until max_updates, a stop signal or the end of the stream. Returns a summary dict."""
+        from grpo_edge.online_sources import StreamEnded
+        old = [signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)]
+        reason = "max_updates"
+        t0 = time.time()
+        try:
+            while not self.stop:
+                if self.o["max_updates"] and self.counters["update"] >= self.o["max_updates"]:
+                    break
+                m = self.trainer.train_step()
+                self.counters["update"] = u = self.trainer.step
+                rss = rss_bytes()
+                self._log("metrics.jsonl", {"update": u, "reward_mean": m["reward_mean"], "loss": m.get("loss"),
+                                            "episodes": self.task.episodes, "served_version": self.version,
+                                            "rss_mb": rss / 2.0 ** 20, "step_time": m["step_time"]})
+                if u % self.o["gate_every"] == 0:
+                    self.gate()
+                elif u % self.o["checkpoint_every"] == 0:
+                    self.save_state()
+                self.check_memory(rss)
+            else:
+                reason = "signal"
+        except StreamEnded:
+            reason = "end of stream"
+        except KeyboardInterrupt:
+            reason = "signal"
+        finally:
+            for s, h in zip((signal.SIGTERM, signal.SIGINT), old):
+                signal.signal(s, h)
+        self.save_state()
+        summary = dict(self.counters, served_version=self.version, stopped=reason, episodes=self.task.episodes,
+                       wall_s=round(time.time() - t0, 2), rss_mb=round(rss_bytes() / 2.0 ** 20, 1))
+        self._log("decisions.jsonl", dict(summary, event="stop"))
+        return summary
+
+
+def run_online_cli(config, overrides, save_dir):
+    """`grpo-edge train --online`: the same loop as `python3 -m grpo_edge.online`."""
+    cfg = load_online_config(config, overrides)
+    runner = OnlineRunner(cfg, save_dir or os.path.join("runs", "online"), echo=print)
+    s = runner.run()
+    print("online: %d updates, %d gates (%d promoted, %d rolled back), served version %d, stopped by %s; %s"
+          % (s["update"], s["gates"], s["promotions"], s["rollbacks"], s["served_version"], s["stopped"], runner.dir))
+    return s
+
+
+def main(argv=None):
+    keys = "\n".join("  online.%-17s %-8s %s" % (k, json.dumps(d), doc) for k, d, doc in ONLINE_KEYS)
+    p = argparse.ArgumentParser(prog="python3 -m grpo_edge.online", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Online GRPO: keep training a served policy from live experience.",
+                                epilog="config keys (JSON file sections online / training / grpo / model):\n" + keys)
+    p.add_argument("--config", help="JSON config (YAML when PyYAML is installed)")
+    p.add_argument("--save-dir", default=os.path.join("runs", "online"), help="served.pt, state.pt and logs")
+    p.add_argument("--policy", help="= online.policy")
+    p.add_argument("--env", help="= online.env")
+    p.add_argument("--stream", help="= online.stream (stdin or tcp:PORT)")
+    p.add_argument("--max-memory", help="= online.max_memory (default 1.5G, fit for a 4 GB Jetson Nano)")
+    p.add_argument("--max-updates", type=int, help="= online.max_updates")
+    p.add_argument("--device", help="cpu, cuda or auto")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override (repeatable)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no per-gate lines")
+    a = p.parse_args(argv)
+    sets = list(a.set)
+    for flag, key in ((a.policy, "online.policy"), (a.env, "online.env"), (a.stream, "online.stream"),
+                      (a.max_memory, "online.max_memory"), (a.device, "training.device")):
+        if flag is not None:
+            sets.append("%s=%s" % (key, json.dumps(flag)))
+    if a.max_updates is not None:
+        sets.append("online.max_updates=%d" % a.max_updates)
+    try:
+        cfg = load_online_config(a.config, sets)
+        runner = OnlineRunner(cfg, a.save_dir, echo=None if a.quiet else (lambda m: print(m, file=sys.stderr)))
+        s = runner.run()
+    except GrpoEdgeError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    print(json.dumps(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,386 @@
+"""Where online experience comes from: an environment, or a stream of JSON-lines records.
+
+Python 3.6 + torch 1.10 safe; imports torch, numpy and grpo_edge.core only. Both sources are tasks in the
+core Trainer's sense (rollout / logprobs / evaluate / get_state), with one difference that makes online
+training safe: the episodes are acted by `self.behaviour`, the SERVED policy, and `old_logp` is the served
+policy's log-prob, so the candidate learns off the served policy's experience through the clipped ratio
+pi_candidate / pi_served and never acts before it has passed a gate.
+
+Record format of a stream (one JSON object per line, UTF-8; see docs/online.md):
+
+    {"obs": [0.01, -0.2, 0.03, 0.1], "action": 1, "reward": 1.0}
+    {"obs": [...], "action": 0, "reward": 1.0, "done": true}          # last step of an episode
+    optional: "truncated": true (cut by a time limit, not a failure), "logp": -0.69 (log-prob of the
+    action under the policy that acted; default: computed with the served weights), "group": "start-3"
+
+`reward` is what the step earned after `action` was taken in `obs`. An episode ends at a record with
+done or truncated true. A group is G episodes: by default G consecutive episodes; with a "group" key,
+the G episodes that carry the same key (for instance the same start configuration of a robot).
+"""
+import importlib
+import json
+import math
+import socket
+import sys
+from collections import OrderedDict, deque
+
+import numpy as np
+import torch
+
+from grpo_edge.core.rollout import Rollout, rollout_episodes
+from grpo_edge.errors import ConfigError, GrpoEdgeError
+
+
+class StreamError(GrpoEdgeError):
+    """A stream record is malformed (the message names the line)."""
+
+
+class StreamEnded(Exception):
+    """The record stream reached end of file."""
+
+
+def _rng_to_plain(rng):
+    st = rng.get_state()
+    return [st[0], torch.as_tensor(st[1].astype("int64")), int(st[2]), int(st[3]), float(st[4])]
+
+
+def _rng_from_plain(rng, r):
+    rng.set_state((r[0], r[1].numpy().astype("uint32"), r[2], r[3], r[4]))
+
+
+def policy_logprobs(policy, obs, actions):
+    """obs (N, T, d), actions (N, T) -> (logp (N, T), entropy (N, T)) of a vector-observation policy."""
+    n, t, d = obs.shape
+    logits = policy(obs.reshape(n * t, d)).reshape(n, t, -1)   # (N, T, A)
+    logp_all = torch.log_softmax(logits.float(), dim=-1)
+    logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def make_env_factory(spec, kwargs):
+    """'package.module:Class' (reset/step in the gymnasium API) or a gymnasium id -> a function making one env."""
+    kwargs = dict(kwargs or {})
+    if ":" in spec:
+        mod_name, cls_name = spec.split(":", 1)
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as e:
+            raise ConfigError("online.env %r: cannot import module %r (%s)" % (spec, mod_name, e))
+        cls = getattr(mod, cls_name, None)
+        if cls is None:
+            raise ConfigError("online.env %r: module %s has no %r" % (spec, mod_name, cls_name))
+        return lambda: cls(**kwargs)
+    try:
+        import gymnasium as gym
+    except ImportError:
+        raise ConfigError("online.env %r looks like a gymnasium id, but gymnasium is not installed here; "
+                          "name a class instead, as module:Class (e.g. grpo_edge.online_envs:CartPole)" % spec)
+    try:
+        gym.spec(spec)
+    except Exception as e:
+        raise ConfigError("online.env %r is not a registered gymnasium id (%s)" % (spec, str(e).splitlines()[0]))
+    return lambda: gym.make(spec, **kwargs)
+
+
+class EnvTask(object):
+    """Experience from an environment, G episodes per group from the same seeded start, run in lockstep.
+
+    schedule: [[episode_count, {param: value}], ...]: scripted changes of the world for simulation
+    studies, applied to every env instance once `episodes` (experience episodes so far) reaches the
+    count; through env.set_dynamics(**params) when the env has it, else setattr on env.unwrapped.
+    """
+    kind = "control"
+    metric_name = "return"
+    higher_is_better = True
+
+    def __init__(self, spec, factory, max_steps, eval_episodes, seed=0, schedule=None):
+        self.name = "online:%s" % spec
+        self.spec = spec
+        self._factory = factory
+        probe = factory()
+        if not (hasattr(probe, "reset") and hasattr(probe, "step")):
+            raise ConfigError("online.env %r has no reset/step methods" % spec)
+        if getattr(getattr(probe, "action_space", None), "n", None) is None:
+            raise ConfigError("online.env %r: online training needs a discrete action space (action_space.n)" % spec)
+        self.obs_dim = int(np.prod(probe.observation_space.shape))
+        self.n_actions = int(probe.action_space.n)
+        self.max_steps = int(max_steps)
+        self.eval_episodes = int(eval_episodes)
+        self.behaviour = None            # the served policy; None: the policy being trained acts
+        self.episodes = 0                # experience episodes so far (the schedule's clock)
+        self.schedule = sorted([int(at), dict(params)] for at, params in (schedule or []))
+        self._applied = 0                # schedule entries in effect
+        self._envs, self._eval_envs = [], []
+        self._rng = np.random.RandomState(seed)
+        self._eval_seed_base = 10000000 + 1000 * int(seed)
+        self.io_wait = False
+
+    # ---------------------------------------------------------------- environments and the schedule
+    def _get(self, pool, n):
+        while len(pool) < n:
+            env = self._factory()
+            for _, params in self.schedule[:self._applied]:
+                self._set(env, params)
+            pool.append(env)
+        return pool[:n]
+
+    def _set(self, env, params):
+        if hasattr(env, "set_dynamics"):
+            env.set_dynamics(**params)
+            return
+        target = getattr(env, "unwrapped", env)
+        for k, v in params.items():
+            if not hasattr(target, k):
+                raise ConfigError("online.env_schedule: %s has no attribute %r" % (self.spec, k))
+            setattr(target, k, v)
+
+    def _apply_schedule(self):
+        while self._applied < len(self.schedule) and self.schedule[self._applied][0] <= self.episodes:
+            for env in self._envs + self._eval_envs:
+                self._set(env, self.schedule[self._applied][1])
+            self._applied += 1
+
+    def dynamics_phase(self):
+        """How many schedule entries are in effect (0 = the original world)."""
+        return self._applied
+
+    # ---------------------------------------------------------------- the core Task interface
+    def model_kwargs(self):
+        return {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
+
+    def checkpoint_meta(self):
+        return {"env": self.spec, "obs_dim": self.obs_dim, "n_actions": self.n_actions,
+                "input_shape": [self.obs_dim], "input_dtype": "float32", "max_steps": self.max_steps}
+
+    def rollout(self, policy, num_groups, group_size, generator=None):
+        """num_groups * G episodes acted by the served policy (or `policy` when no behaviour is set)."""
+        actor = self.behaviour if self.behaviour is not None else policy
+        self._apply_schedule()
+        seeds = self._rng.randint(0, 2 ** 31 - 1, size=num_groups)
+        device = next(actor.parameters()).device
+        ro = rollout_episodes(actor, self._get(self._envs, num_groups * group_size), seeds, group_size,
+                              self.max_steps, device=device)
+        self.episodes += num_groups * group_size
+        return ro
+
+    def logprobs(self, policy, ro):
+        return policy_logprobs(policy, ro.inputs["obs"], ro.actions)
+
+    def evaluate(self, policy, split="test", n=0):
+        """Mean return of n greedy episodes from fixed held-out seeds, in the world as it is now."""
+        n = n or self.eval_episodes
+        self._apply_schedule()
+        was_training = policy.training
+        policy.eval()
+        seeds = [self._eval_seed_base + i for i in range(n)]
+        ro = rollout_episodes(policy, self._get(self._eval_envs, n), seeds, 1, self.max_steps,
+                              device=next(policy.parameters()).device, greedy=True)
+        policy.train(was_training)
+        returns = ro.rewards.numpy()
+        return {"return": float(returns.mean()), "return_std": float(returns.std()), "n": n}
+
+    def get_state(self):
+        return {"rng": _rng_to_plain(self._rng), "episodes": self.episodes}
+
+    def set_state(self, state):
+        if state:
+            _rng_from_plain(self._rng, state["rng"])
+            self.episodes = int(state.get("episodes", 0))
+
+    def shrink(self):
+        """Memory pressure: drop the env pools (they are rebuilt on demand, with the schedule applied)."""
+        self._envs, self._eval_envs = [], []
+
+
+def stdin_lines():
+    for i, line in enumerate(sys.stdin, 1):
+        yield "stdin line %d" % i, line
+
+
+def tcp_lines(port, host="127.0.0.1"):
+    """Serve on host:port (localhost only) and yield the lines of one connection after another."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, int(port)))
+    srv.listen(1)
+    conn_no = 0
+    try:
+        while True:
+            conn, _ = srv.accept()
+            conn_no += 1
+            with conn, conn.makefile("r", encoding="utf-8") as f:
+                for i, line in enumerate(f, 1):
+                    yield "tcp connection %d line %d" % (conn_no, i), line
+    finally:
+        srv.close()
+
+
+def parse_record(text, where, obs_dim, n_actions):
+    """One JSON line -> (obs (d,) float32, action, reward, done, truncated, logp or None, group or None)."""
+    try:
+        rec = json.loads(text)
+    except ValueError as e:
+        raise StreamError("%s: not JSON (%s)" % (where, e))
+    if not isinstance(rec, dict):
+        raise StreamError("%s: a record must be a JSON object with obs, action, reward" % where)
+    for key in ("obs", "action", "reward"):
+        if key not in rec:
+            raise StreamError("%s: missing %r (a record is {\"obs\": [...], \"action\": a, \"reward\": r})" % (where, key))
+    obs = rec["obs"]
+    if (not isinstance(obs, list) or len(obs) != obs_dim
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obs)):
+        raise StreamError("%s: 'obs' must be a list of %d numbers" % (where, obs_dim))
+    a = rec["action"]
+    if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < n_actions:
+        raise StreamError("%s: 'action' must be an integer in 0..%d, got %r" % (where, n_actions - 1, a))
+    r = rec["reward"]
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
+        raise StreamError("%s: 'reward' must be a finite number, got %r" % (where, r))
+    logp = rec.get("logp")
+    if logp is not None and (isinstance(logp, bool) or not isinstance(logp, (int, float)) or not logp <= 0):
+        raise StreamError("%s: 'logp' must be a log-probability (<= 0), got %r" % (where, logp))
+    done, trunc = rec.get("done", False), rec.get("truncated", False)
+    if not isinstance(done, bool) or not isinstance(trunc, bool):
+        raise StreamError("%s: 'done' and 'truncated' must be true or false" % where)
+    group = rec.get("group")
+    return (np.asarray(obs, dtype=np.float32), a, float(r), done, trunc,
+            None if logp is None else float(logp), None if group is None else str(group))
+
+
+class StreamTask(object):
+    """Experience from JSON-lines records (stdin or a localhost TCP socket), grouped into episodes and groups.
+
+    Every `holdout_every`-th complete group is held out (never trained on) for the gate's evaluation,
+    which is an off-policy estimate: per-decision weighted importance sampling of the evaluated policy's
+    return from the held-out episodes of the behaviour (served) policy. For the served policy itself the
+    estimate is the plain mean return of those episodes.
+    """
+    kind = "control"
+    metric_name = "return"
+    higher_is_better = True
+
+    def __init__(self, lines, source, obs_dim, n_actions, group_size, max_steps, eval_episodes,
+                 holdout_every, buffer_groups):
+        self.name = "online:%s" % source
+        self.lines = lines
+        self.obs_dim, self.n_actions, self.group_size = int(obs_dim), int(n_actions), int(group_size)
+        self.max_steps = int(max_steps)
+        self.holdout_every = int(holdout_every)
+        self.behaviour = None
+        self.groups = deque(maxlen=int(buffer_groups))     # complete groups waiting to be trained on
+        self.eval_eps = deque(maxlen=int(eval_episodes))   # held-out episodes for the gate
+        self._open = OrderedDict()                          # group key -> episodes so far
+        self._steps = []                                    # records of the episode in progress
+        self.episodes = self.records = self.complete_groups = 0
+        self.io_wait = False
+
+    def model_kwargs(self):
+        return {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
+
+    def checkpoint_meta(self):
+        return {"env": self.name, "obs_dim": self.obs_dim, "n_actions": self.n_actions,
+                "input_shape": [self.obs_dim], "input_dtype": "float32", "max_steps": self.max_steps}
+
+    # ---------------------------------------------------------------- reading records
+    def _pump(self):
+        """Read one record; close episodes and groups as they complete."""
+        self.io_wait = True
+        try:
+            where, text = next(self.lines)
+        except StopIteration:
+            raise StreamEnded()
+        finally:
+            self.io_wait = False
+        if not text.strip():
+            return
+        rec = parse_record(text, where, self.obs_dim, self.n_actions)
+        self.records += 1
+        self._steps.append(rec)
+        if rec[3] or rec[4] or len(self._steps) >= self.max_steps:
+            self._close_episode(truncated=not rec[3])
+
+    def _close_episode(self, truncated):
+        steps, self._steps = self._steps, []
+        obs = np.stack([s[0] for s in steps])                              # (T, d)
+        actions = np.array([s[1] for s in steps], dtype=np.int64)          # (T,)
+        logp = np.array([0.0 if s[5] is None else s[5] for s in steps], dtype=np.float32)
+        missing = np.array([s[5] is None for s in steps])
+        if missing.any():       # the robot did not send logp: it ran the served weights we hold
+            with torch.no_grad():
+                dev = next(self.behaviour.parameters()).device
+                lp, _ = policy_logprobs(self.behaviour, torch.as_tensor(obs, device=dev)[None],
+                                        torch.as_tensor(actions, device=dev)[None])
+            logp[missing] = lp[0].cpu().numpy()[missing]
+        ep = {"obs": obs, "actions": actions, "logp": logp, "truncated": bool(truncated),
+              "rewards": np.array([s[2] for s in steps], dtype=np.float32)}
+        self.episodes += 1
+        key = steps[-1][6]
+        group = self._open.setdefault(key, [])
+        group.append(ep)
+        if len(group) == self.group_size:
+            del self._open[key]
+            self.complete_groups += 1
+            if self.holdout_every and self.complete_groups % self.holdout_every == 0:
+                self.eval_eps.extend(group)
+            else:
+                self.groups.append(group)
+        while len(self._open) > 64:                         # bounded: forget the oldest unfinished group
+            self._open.popitem(last=False)
+
+    # ---------------------------------------------------------------- the core Task interface
+    def rollout(self, policy, num_groups, group_size, generator=None):
+        while len(self.groups) < num_groups:
+            self._pump()
+        return self._to_rollout([ep for _ in range(num_groups) for ep in self.groups.popleft()], group_size)
+
+    def _to_rollout(self, eps, group_size):
+        n, t, d = len(eps), max(len(e["actions"]) for e in eps), self.obs_dim
+        obs = torch.zeros(n, t, d)
+        actions = torch.zeros(n, t, dtype=torch.long)
+        mask, logp, rew = torch.zeros(n, t), torch.zeros(n, t), torch.zeros(n, t)
+        for i, e in enumerate(eps):
+            k = len(e["actions"])
+            obs[i, :k] = torch.as_tensor(e["obs"])
+            actions[i, :k] = torch.as_tensor(e["actions"])
+            logp[i, :k] = torch.as_tensor(e["logp"])
+            rew[i, :k] = torch.as_tensor(e["rewards"])
+            mask[i, :k] = 1.0
+        return Rollout(actions=actions, mask=mask, old_logp=logp, rewards=rew.sum(1), group_size=group_size,
+                       inputs={"obs": obs}, reward_parts={"return": rew.sum(1)}, step_rewards=rew,
+                       truncated=torch.tensor([e["truncated"] for e in eps]), num_env_steps=int(mask.sum()))
+
+    def logprobs(self, policy, ro):
+        return policy_logprobs(policy, ro.inputs["obs"], ro.actions)
+
+    def evaluate(self, policy, split="test", n=0):
+        """Per-decision weighted importance sampling estimate of `policy`'s return on held-out episodes."""
+        eps = list(self.eval_eps)
+        if not eps:
+            return {"return": float("nan"), "n": 0}
+        ro = self._to_rollout(eps, 1)
+        dev = next(policy.parameters()).device
+        was_training = policy.training
+        policy.eval()
+        with torch.no_grad():
+            lp, _ = policy_logprobs(policy, ro.inputs["obs"].to(dev), ro.actions.to(dev))
+        policy.train(was_training)
+        log_rho = (lp.cpu() - ro.old_logp) * ro.mask                     # (M, T), 0 after an episode ends
+        w = torch.exp(torch.cumsum(log_rho, 1).clamp(-20.0, 20.0))       # (M, T) cumulative ratios
+        est = ((w * ro.step_rewards).sum(0) / w.sum(0)).sum()            # sum over t of weighted means
+        w_end = w[:, -1]
+        ess = float(w_end.sum() ** 2 / (w_end ** 2).sum())
+        return {"return": float(est), "n": len(eps), "ess": ess}
+
+    def get_state(self):
+        return {"episodes": self.episodes, "records": self.records}
+
+    def set_state(self, state):
+        if state:
+            self.episodes = int(state.get("episodes", 0))
+            self.records = int(state.get("records", 0))
+
+    def shrink(self):
+        """Memory pressure: drop the groups waiting to be trained on (held-out episodes stay)."""
+        self.groups.clear()
+        self._open.clear()
