@@ -118,6 +118,15 @@ def make_pool(rng):
     return _graph(x, [Op("avgpool", "ap", ["x"], "y", a)], [y])
 
 
+def make_softmax(rng):
+    from grpo_edge.targets.esp32.softmax_ref import softmax_params
+    rows, n = int(rng.integers(1, 4)), int(rng.integers(1, 20))
+    x = _t("x", (1, rows, n), rng, scale=float(rng.uniform(0.005, 0.5)))
+    tfl = rng.random() < 0.5
+    y = _t("y", (1, rows, n), rng, 1 / 256.0 if tfl else 1 / 255.0, -128)
+    return _graph(x, [Op("softmax", "sm", ["x"], "y", softmax_params(x, y))], [y])
+
+
 def make_chain(rng):
     """conv -> reshape (flatten, aliasing) -> fc -> argmax: exercises the planner and aliases."""
     g = make_conv(rng)
@@ -135,7 +144,8 @@ def make_chain(rng):
     return _graph(g.tensors["x"], ops, [g.tensors["y"], flat, z, am])
 
 
-MAKERS = {"fc": make_fc, "conv": make_conv, "add": make_add, "lut": make_lut, "pool": make_pool, "chain": make_chain}
+MAKERS = {"fc": make_fc, "conv": make_conv, "add": make_add, "lut": make_lut, "pool": make_pool, "softmax": make_softmax,
+          "chain": make_chain}
 
 
 def _cases(n_per_kind=12):

@@ -133,3 +133,29 @@ def test_firmware_portable_c_cross_compiles_rv32(model, tmp_path):
     for src in (d / "main" / "grpo_app.c", comp / (name + "_model.c"), comp / (name + "_testvec.c")):
         subprocess.run([rv32.CROSS] + rv32.RV_FLAGS + ["-c", "-I", str(d / "main"), "-I", str(comp),
                                                        "-o", str(tmp_path / (src.stem + ".o")), str(src)], check=True)
+
+
+def test_softmax_policy_within_one_lsb_and_tflm():
+    path = samples.cached("softmax")
+    g = parse.parse(path)
+    assert [op.kind for op in g.ops][-1] == "softmax"
+    res = simulate.ort_check(g, path, samples.calibration((1, 4), 200, seed=4) * 2)
+    assert res["per_op_max_lsb"] <= 1, res["per_op"]
+    host = simulate.host_check(g, codegen.generate(g, "smx"), _inputs(g, 300))
+    assert host["bit_exact"]
+    need(tflm.available(), "pip install tflite-micro")
+    # TFLite's own output parameters (1/256, -128): TFLM's SOFTMAX must agree bit for bit
+    import copy
+    import tempfile
+    from grpo_edge.targets.esp32.softmax_ref import softmax_params
+    g2 = copy.deepcopy(g)
+    out = g2.tensors[g2.output]
+    out.scale, out.zero_point = float(np.float32(1 / 256)), -128
+    g2.ops[-1].attrs = softmax_params(g2.tensors[g2.ops[-1].inputs[0]], out)
+    buf, _ = tflm.to_tflite(g2)
+    x = _inputs(g2, 200, seed=8)
+    with tempfile.TemporaryDirectory() as d:
+        mp = os.path.join(d, "m.tflite")
+        open(mp, "wb").write(buf)
+        y = tflm.run(mp, x, d, 1 << 16).reshape(len(x), -1)
+    assert np.array_equal(y, R.run(g2, x).reshape(len(x), -1))

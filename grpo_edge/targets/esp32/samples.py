@@ -60,16 +60,26 @@ def _modules():
             y = nn.functional.avg_pool2d(y, 3, stride=1, padding=1, count_include_pad=False)
             return torch.flatten(y, 1)
 
+    class Classifier(nn.Module):
+        """An MLP policy ending in softmax (action probabilities) as the export step may emit it."""
+
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = nn.Linear(4, 32), nn.Linear(32, 6)
+
+        def forward(self, x):                      # (B, 4) -> (B, 6) probabilities
+            return torch.softmax(self.l2(torch.relu(self.l1(x))), dim=-1)
+
     class Unsupported(nn.Module):
         def forward(self, x):
             return x * x + torch.sin(x)
 
     return {"mlp": (MLP, (1, 4)), "mlp_relu": (lambda: MLP(activation="relu"), (1, 4)),
-            "resnet": (ResNet, (1, 1, 8, 8)), "pools": (Pools, (1, 2, 9, 9)),
+            "resnet": (ResNet, (1, 1, 8, 8)), "pools": (Pools, (1, 2, 9, 9)), "softmax": (Classifier, (1, 4)),
             "unsupported": (Unsupported, (1, 4))}
 
 
-NAMES = ("mlp", "mlp_relu", "resnet", "pools", "unsupported")
+NAMES = ("mlp", "mlp_relu", "resnet", "pools", "softmax", "unsupported")
 
 
 def calibration(shape, n=64, seed=0):

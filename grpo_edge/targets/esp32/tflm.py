@@ -154,8 +154,14 @@ class _Builder:
                 self.op(B.ARG_MAX, [self.act(x), axis], [o], tfl.BuiltinOptions.ArgMaxOptions,
                         tfl.ArgMaxOptionsT(outputType=I32))
             elif op.kind == "softmax":
-                self.op(B.SOFTMAX, [self.act(x)], [self.act(op.output)], tfl.BuiltinOptions.SoftmaxOptions,
-                        tfl.SoftmaxOptionsT(beta=1.0))
+                y = self.act(op.output)
+                if not a["tflite_output"]:        # TFLite fixes softmax outputs at 1/256, -128
+                    y = self.act("softmax_fixed%d" % i, _nhwc(out.shape), 1.0 / 256, -128)
+                    self.notes.append("op %d (softmax): TFLM needs output scale 1/256 then a QUANTIZE to the model's "
+                                      "scale %g (two roundings); we requantize from 16 fractional bits once" % (i, out.scale))
+                self.op(B.SOFTMAX, [self.act(x)], [y], tfl.BuiltinOptions.SoftmaxOptions, tfl.SoftmaxOptionsT(beta=1.0))
+                if not a["tflite_output"]:
+                    self.op(B.QUANTIZE, [y], [self.act(op.output)])
             else:
                 raise TargetError("no TFLM mapping for op %s" % op.kind)
         sg = self.me.Subgraph(operators=self.ops, inputs=[self.t[g.input]], outputs=[self.t[g.output]])
