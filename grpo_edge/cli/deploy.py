@@ -1,5 +1,138 @@
-"""`grpo-edge export / quantize / calibrate / deploy / bench / targets / flash` (filled as targets land)."""
+"""`grpo-edge export / quantize / calibrate / deploy / bench / targets / flash / monitor`."""
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from grpo_edge.errors import GrpoEdgeError
+
+
+def export(
+    checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
+    out: str = typer.Option("model.onnx", "--out", "-o", help="Output ONNX path (tiny-transformer: two files)."),
+    opset: int = typer.Option(17, "--opset", help="ONNX opset."),
+    no_simplify: bool = typer.Option(False, "--no-simplify", help="Skip onnxslim simplification."),
+):
+    """Export a checkpoint's model to ONNX (dynamic batch), checked against torch."""
+    from grpo_edge.core.checkpoint import load_policy
+    from grpo_edge.export.torch2onnx import torch2onnx
+    model, _ = load_policy(checkpoint)
+    info = torch2onnx(model, out, opset=opset, simplify=not no_simplify)
+    typer.echo("wrote %s (opset %s, max |onnx - torch| = %.2e)" % (
+        ", ".join(str(f) for f in info["files"]), info.get("opset", opset), info.get("max_abs_diff", float("nan"))))
+
+
+def quantize(
+    model: str = typer.Argument(..., help="An fp32 ONNX model."),
+    calibration: str = typer.Option(..., "--calibration", help="Calibration set (.npz/.npy), see `grpo-edge calibrate`."),
+    out: str = typer.Option("model.int8.onnx", "--out", "-o", help="Output int8 QDQ ONNX."),
+    method: str = typer.Option("minmax", "--method", help="minmax, entropy or percentile."),
+):
+    """Static int8 quantization (QDQ, per-channel weights) with calibration data."""
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    info = onnx2int8(model, calibration, out, method=method)
+    typer.echo(json.dumps({k: v for k, v in info.items() if isinstance(v, (int, float, str))}, indent=1))
+
+
+def calibrate(
+    checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
+    out: str = typer.Option("calibration.npz", "--out", "-o", help="Output .npz."),
+    n: int = typer.Option(512, "--n", help="Number of samples."),
+    seed: int = typer.Option(0, "--seed"),
+):
+    """Make a calibration set from the checkpoint's task (states its policy visits / dataset samples)."""
+    from grpo_edge.export.calibration import checkpoint2calibration
+    info = checkpoint2calibration(checkpoint, out, n=n, seed=seed)
+    typer.echo("wrote %s: %s" % (out, info.get("shapes")))
+
+
+def deploy(
+    target: str = typer.Option(..., "--target", "-t", help="esp32, esp32s3, esp32c3, rpi4, rpi5, jetson-nano, jetson-orin-nano."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="A grpo-edge checkpoint."),
+    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead (esp32: int8 QDQ)."),
+    out: str = typer.Option("deploy", "--out", "-o", help="Output folder."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="Jetson: fp32, fp16 or int8."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration set (.npz); default: from the task."),
+    option: List[str] = typer.Option([], "--option", help="Target option key=value (repeatable)."),
+):
+    """Build, simulate and report a target artifact from a checkpoint."""
+    import yaml
+    from grpo_edge.targets import deploy as deploy_target
+    opts = {}
+    for item in option:
+        if "=" not in item:
+            raise GrpoEdgeError("--option expects key=value, got %r" % item)
+        k, v = item.split("=", 1)
+        opts[k.strip()] = yaml.safe_load(v)
+    if precision is not None:
+        opts["precision"] = precision
+    if calibration is not None:
+        opts["calibration"] = calibration
+    report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts)
+    typer.echo(report.to_markdown() if report is not None else "done")
+    typer.echo("report: %s" % (Path(out) / "report.md"))
+
+
+def bench(
+    checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
+    out: str = typer.Option("bench", "--out", "-o", help="Output folder (bench.md, bench.json, bench.png)."),
+    targets: str = typer.Option("rpi4,rpi5,esp32s3", "--targets", help="Comma-separated device profiles for estimates."),
+):
+    """Table of formats x size, task metric, host latency (measured), device latency/energy (estimated)."""
+    from grpo_edge.bench.table import run_bench
+    run_bench(checkpoint, out, targets=tuple(t for t in targets.split(",") if t))
+    typer.echo((Path(out) / "bench.md").read_text())
+
+
+def targets_():
+    """List the device profiles (targets/*.yaml) with their key figures and sources."""
+    from rich.console import Console
+    from rich.table import Table
+    from grpo_edge.targets.profiles import list_profiles, load_profile
+    table = Table(title="device profiles (figures with sources: grpo-edge targets --json)")
+    for col in ("target", "device", "family", "clock", "RAM", "active power"):
+        table.add_column(col)
+    for name in list_profiles():
+        p = load_profile(name)
+        f = p["figures"]
+
+        def val(key, scale=1.0, unit=""):
+            if key not in f:
+                return "-"
+            v = f[key]["value"] if isinstance(f[key], dict) else f[key]
+            return "%g %s" % (float(v) / scale, unit)
+        ram = val("ram_bytes", 2 ** 30, "GiB") if "ram_bytes" in f else val("sram_bytes", 1024, "KiB")
+        table.add_row(name, p.get("display_name", ""), p.get("family", ""), val("clock_hz", 1e6, "MHz"), ram,
+                      val("active_power_w", 1, "W"))
+    Console().print(table)
+
+
+def flash(
+    folder: str = typer.Argument(..., help="An esp32 deploy folder (with a built firmware)."),
+    port: str = typer.Option(..., "--port", "-p", help="Serial port, e.g. /dev/ttyUSB0."),
+):
+    """Flash a built ESP32 firmware image with esptool."""
+    from grpo_edge.targets.esp32 import flash as fl
+    fl.flash(folder, port)
+
+
+def monitor(
+    port: str = typer.Option(..., "--port", "-p", help="Serial port."),
+    seconds: float = typer.Option(10.0, "--seconds", help="How long to listen."),
+):
+    """Read the firmware's checksum and timing lines back over the serial port."""
+    from grpo_edge.targets.esp32 import flash as fl
+    res = fl.monitor(port, timeout=seconds)
+    typer.echo(json.dumps(res, indent=1, default=str))
 
 
 def register(app):
-    pass
+    app.command("export")(export)
+    app.command("quantize")(quantize)
+    app.command("calibrate")(calibrate)
+    app.command("deploy")(deploy)
+    app.command("bench")(bench)
+    app.command("targets")(targets_)
+    app.command("flash")(flash)
+    app.command("monitor")(monitor)

@@ -1,0 +1,37 @@
+"""Targets by name: a profile (data, targets/<name>.yaml) plus one module per family.
+
+    from grpo_edge.targets import deploy
+    report = deploy("esp32", checkpoint="runs/cartpole/best.pt", out_dir="out/esp32")
+
+The CLI knows targets only by name; the family in the profile picks the module.
+"""
+import importlib
+from pathlib import Path
+
+from grpo_edge.errors import TargetError
+
+FAMILY_MODULES = {"rpi": "grpo_edge.targets.rpi", "esp32": "grpo_edge.targets.esp32",
+                  "jetson": "grpo_edge.targets.jetson"}
+
+
+def deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):
+    """Deploy a checkpoint (or an ONNX model) to the named target; returns the Report (also written)."""
+    from grpo_edge.targets.profiles import load_profile
+    profile = load_profile(target)                                   # unknown target -> lists the known ones
+    if (checkpoint is None) == (onnx is None):
+        raise TargetError("give exactly one of --checkpoint or --onnx")
+    source = Path(checkpoint or onnx)
+    if not source.exists():
+        raise TargetError("%s not found: %s" % ("checkpoint" if checkpoint else "ONNX model", source))
+    family = profile.get("family")
+    if family not in FAMILY_MODULES:
+        raise TargetError("target %s has no deploy pipeline (family %r)" % (profile["name"], family))
+    options = dict(options or {})
+    if family == "esp32":
+        from grpo_edge.targets.esp32_pipeline import prepare_int8
+        source, options = prepare_int8(source, Path(out_dir), options, from_checkpoint=checkpoint is not None)
+    module = importlib.import_module(FAMILY_MODULES[family])
+    report = module.deploy(str(source), profile, out_dir, options)
+    if report is not None and not (Path(out_dir) / "report.json").exists():
+        report.write(out_dir)
+    return report
