@@ -60,6 +60,9 @@ class GRPOTrainer(Trainer):
         self.save_dir = Path(save_dir) if save_dir else None
         self.show_progress = progress
         self.num_parameters = count_parameters(model)
+        threads = cfg.training.threads or (1 if self.num_parameters < 1_000_000 else 0)
+        if threads and cfg.training.device != "cuda":
+            torch.set_num_threads(threads)
         self.history = []
         self._tb = None
         super().__init__(model, task, cfg_dict, device=device)
