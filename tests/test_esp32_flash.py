@@ -1,7 +1,6 @@
 """esptool flashing and the serial monitor, against a real pseudo-terminal and the real esptool."""
 import json
 import os
-import sys
 import threading
 import time
 

@@ -9,7 +9,7 @@ import pytest
 from grpo_edge.targets.esp32 import codegen, simulate
 from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
-from grpo_edge.targets.esp32.parse import add_params, float_table, _requant_table
+from grpo_edge.targets.esp32.prepare import add_params, float_table, requant_table
 
 SEED = 1234
 
@@ -88,7 +88,7 @@ def make_lut(rng):
     x, y = _t("x", shape, rng), _t("y", shape, rng)
     f = rng.choice(["tanh", "sigmoid", "relu", "random"])
     if f == "relu":
-        table = _requant_table(x, y, *R.activation_range("relu", y.scale, y.zero_point))
+        table = requant_table(x, y, *R.activation_range("relu", y.scale, y.zero_point))
     elif f == "random":
         table = rng.integers(-128, 128, 256).astype(np.int8)
     else:
@@ -157,8 +157,23 @@ def _cases(n_per_kind=12):
     return out
 
 
-@pytest.mark.parametrize("opt", ["O2", "O0-novec"])
+def _sanitizers_work(tmp_path):
+    import subprocess
+    src = tmp_path / "t.c"
+    src.write_text("int main(void) { return 0; }\n")
+    r = subprocess.run([simulate.gcc(), "-fsanitize=address,undefined", "-o", str(tmp_path / "t"), str(src)],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+@pytest.mark.parametrize("opt", ["O2", "O0-novec", "sanitize"])
 def test_every_kernel_matches_reference_bit_for_bit(tmp_path, opt):
+    """'sanitize': -O1 with AddressSanitizer + UBSan (no out-of-bounds read, no signed overflow)."""
+    extra = ()
+    if opt == "sanitize":
+        if not _sanitizers_work(tmp_path):
+            pytest.skip("gcc sanitizer runtimes (libasan/libubsan) not installed")
+        opt, extra = "O0-novec", ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
     rng = np.random.default_rng(SEED + 1)
     cases = _cases()
     gens, inputs, refs = [], [], []
@@ -167,7 +182,7 @@ def test_every_kernel_matches_reference_bit_for_bit(tmp_path, opt):
         gens.append(codegen.generate(g, "k_" + name))
         inputs.append(x)
         refs.append(R.run(g, x).reshape(len(x), -1))
-    exe = simulate.build_host(gens, tmp_path, opt)
+    exe = simulate.build_host(gens, tmp_path, opt, extra=extra)
     outs = simulate.run_host(exe, gens, inputs)
     bad = [name for (name, _), y, r in zip(cases, outs, refs) if not np.array_equal(y, r)]
     assert not bad, "C differs from the reference for %s" % bad

@@ -159,3 +159,29 @@ def test_softmax_policy_within_one_lsb_and_tflm():
         open(mp, "wb").write(buf)
         y = tflm.run(mp, x, d, 1 << 16).reshape(len(x), -1)
     assert np.array_equal(y, R.run(g2, x).reshape(len(x), -1))
+
+
+@pytest.mark.parametrize("arch,kwargs,shape", [
+    ("mlp", {"obs_dim": 4, "n_actions": 2}, (4,)),
+    ("lite-resnet", {"in_channels": 1, "n_classes": 10, "image_size": 8, "channels": (8, 16), "blocks": (1, 1)},
+     (1, 8, 8))])
+def test_project_models_through_the_export_pipeline(tmp_path, arch, kwargs, shape):
+    """build_model -> torch2onnx -> onnx2int8 (the project's own export) -> C == reference, ORT within 1 LSB."""
+    torch = pytest.importorskip("torch")
+    try:
+        from grpo_edge.core.models import build_model
+        from grpo_edge.export.onnx2int8 import onnx2int8
+        from grpo_edge.export.torch2onnx import torch2onnx
+    except ImportError as e:
+        pytest.skip("export pipeline not available: %s" % e)
+    torch.manual_seed(0)
+    info = torch2onnx(build_model(arch, **kwargs).eval(), tmp_path / "m.onnx")
+    fp32 = list(info["files"].values())[0]["path"]
+    cal = np.random.default_rng(0).standard_normal((128,) + shape).astype(np.float32)
+    np.savez(tmp_path / "cal.npz", inputs=cal)
+    q = onnx2int8(fp32, tmp_path / "cal.npz", tmp_path / "m.int8.onnx")
+    g = parse.parse(q["path"])
+    host = simulate.host_check(g, codegen.generate(g, "proj"), _inputs(g, 1000), opts=("O2",))
+    assert host["bit_exact"], host
+    res = simulate.ort_check(g, q["path"], cal[:100])
+    assert res["per_op_max_lsb"] <= 1 and res["decision_agreement"] >= 0.95

@@ -57,11 +57,7 @@ def _array(ctype, name, values, per_line=16) -> str:
 
 
 def _clamp(v, lo, hi) -> str:
-    s = ""
-    if lo > -128 or True:
-        s += "        if (%s < %d) %s = %d;\n" % (v, lo, v, lo)
-    s += "        if (%s > %d) %s = %d;\n" % (v, hi, v, hi)
-    return s
+    return "        if (%s < %d) %s = %d;\n        if (%s > %d) %s = %d;\n" % (v, lo, v, lo, v, hi, v, hi)
 
 
 HELPERS = """\
@@ -89,6 +85,51 @@ static inline int32_t {p}_mbqm(int32_t x, int32_t m, int shift)
     const int right = shift > 0 ? 0 : -shift;
     return {p}_rdbpot({p}_srdhm((int32_t)((uint32_t)x << left), m), right);
 }}
+"""
+
+
+# Pixel-pair conv: two neighbouring outputs (along x) accumulate in registers; each weight is loaded
+# once per pair. acc starts at bias + input_offset * sum(w).
+CONV_PAIR = """\
+static void %(name)s(%(sig)s)
+{
+%(decl)s%(pre)s    for (oc = 0; oc < %(OC)d; ++oc) {
+        const int8_t *wc = %(p)s_w%(i)d + oc * %(WSZ)d;
+        const int32_t b = %(p)s_b%(i)d[oc], m = %(p)s_m%(i)d[oc];
+        const int s = %(p)s_s%(i)d[oc];
+        int8_t *o = out + oc * %(OHW)d;
+        for (oy = 0; oy < %(OH)d; ++oy) {
+            const int8_t *xr = %(src)s + oy * %(SHPW)d;
+            for (ox = 0; ox + 1 < %(OW)d; ox += 2) {
+                const int8_t *xp = xr + ox * %(SW)d;
+                int32_t a0 = b, a1 = b, v;
+                for (ic = 0; ic < %(CG)d; ++ic) {
+                    const int8_t *x = xp + (%(cin)s) * %(PHW)d;
+                    const int8_t *w = wc + ic * %(KK)d;
+                    int32_t t;
+%(pair)s                }
+                v = %(p)s_mbqm(a0, m, s) + %(ZO)d;
+%(clamp)s                o[oy * %(OW)d + ox] = (int8_t)v;
+                v = %(p)s_mbqm(a1, m, s) + %(ZO)d;
+%(clamp)s                o[oy * %(OW)d + ox + 1] = (int8_t)v;
+            }
+%(tail)s        }
+    }
+}
+"""
+
+# Odd output width: the last column alone (no read past the row's end).
+CONV_TAIL = """\
+            {
+                const int8_t *xp = xr + %(OW1)d * %(SW)d;
+                int32_t a0 = b, v;
+                for (ic = 0; ic < %(CG)d; ++ic) {
+                    const int8_t *x = xp + (%(cin)s) * %(PHW)d;
+                    const int8_t *w = wc + ic * %(KK)d;
+%(single)s                }
+                v = %(p)s_mbqm(a0, m, s) + %(ZO)d;
+%(clamp)s                o[oy * %(OW)d + %(OW1)d] = (int8_t)v;
+            }
 """
 
 
@@ -171,20 +212,9 @@ class _Emitter:
         self.data.append(_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
         self.data.append(_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
         padded = any(a["pads"])
-        taps = [(ky * KW + kx, ky * DH * PW + kx * DW) for ky in range(KH) for kx in range(KW)]
-        if len(taps) <= 25:
-            mac = "                    acc += " + "\n                         + ".join(
-                "(int32_t)w[%d] * x[%d]" % t for t in taps) + ";\n"
-        else:
-            mac = ("                    int ky, kx;\n"
-                   "                    for (ky = 0; ky < %d; ++ky)\n"
-                   "                        for (kx = 0; kx < %d; ++kx)\n"
-                   "                            acc += (int32_t)w[ky * %d + kx] * x[ky * %d + kx * %d];\n"
-                   % (KH, KW, KW, DH * PW, DW))
-            mac = "                {\n" + mac + "                }\n"
+        base = self.plan.buffers["scratch%d" % i].offset if padded else 0
         cin = "(oc / %d) * %d + ic" % (OCG, CG) if G > 1 else "ic"
-        pre = ""
-        src = "in"
+        pre, src = "", "in"
         if padded:
             src = "pad"
             pre = ("    /* copy into the zero-point-filled padded buffer (%d x %d x %d) */\n"
@@ -194,37 +224,53 @@ class _Emitter:
                    "            for (k = 0; k < %d; ++k)\n"
                    "                pad[(c * %d + y + %d) * %d + k + %d] = in[(c * %d + y) * %d + k];\n"
                    % (C, PH, PW, C * PH * PW, -a["input_offset"], C, H, W, PH, PT, PW, PL, H, W))
-        sig = ("const int8_t *restrict in, int8_t *restrict out, int8_t *restrict pad" if padded
-               else "const int8_t *restrict in, int8_t *restrict out")
-        decl = "    int oc, oy, ox, ic%s;\n" % (", c, y, k" if padded else "")
-        body = ("static void %(name)s(%(sig)s)\n{\n%(decl)s%(pre)s"
+        taps = [(ky * KW + kx, ky * DH * PW + kx * DW) for ky in range(KH) for kx in range(KW)]
+        d = dict(name=name, OC=OC, p=p, i=i, WSZ=CG * KH * KW, OHW=OH * OW, OH=OH, OW=OW, src=src,
+                 SHPW=SH * PW, SW=SW, CG=CG, cin=cin, PHW=PH * PW, KK=KH * KW, KH=KH, KW=KW, DHPW=DH * PW, DW=DW,
+                 ZO=a["output_offset"], pre=pre,
+                 clamp=_indent(_clamp("v", a["activation_min"], a["activation_max"]), 8))
+        args = [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        sig = "const int8_t *restrict in, int8_t *restrict out"
+        if padded:
+            sig += ", int8_t *restrict pad"
+            args.append("%s_arena.bytes + %d" % (p, base))
+        if len(taps) > 25:
+            body = self._conv_generic(d, sig, padded)
+        else:
+            pair = "".join("                    t = w[%d]; a0 += t * x[%d]; a1 += t * x[%d];\n" % (t, off, off + SW)
+                           for t, off in taps)
+            tail = ""
+            if OW % 2:
+                single = "".join("                    a0 += (int32_t)w[%d] * x[%d];\n" % t for t in taps)
+                tail = CONV_TAIL % dict(d, OW1=OW - 1, single=single)
+            body = CONV_PAIR % dict(d, sig=sig, decl=self._conv_decl(padded), pair=pair, tail=tail)
+        return body, args
+
+    @staticmethod
+    def _conv_decl(padded):
+        return "    int oc, oy, ox, ic%s;\n" % (", c, y, k" if padded else "")
+
+    def _conv_generic(self, d, sig, padded):
+        return (("static void %(name)s(%(sig)s)\n{\n" % dict(d, sig=sig)) + self._conv_decl(padded) +
+                "    int ky, kx;\n" + d["pre"] +
                 "    for (oc = 0; oc < %(OC)d; ++oc) {\n"
                 "        const int8_t *wc = %(p)s_w%(i)d + oc * %(WSZ)d;\n"
-                "        const int32_t b = %(p)s_b%(i)d[oc], m = %(p)s_m%(i)d[oc];\n"
-                "        const int s = %(p)s_s%(i)d[oc];\n"
                 "        int8_t *o = out + oc * %(OHW)d;\n"
-                "        for (oy = 0; oy < %(OH)d; ++oy) {\n"
+                "        for (oy = 0; oy < %(OH)d; ++oy)\n"
                 "            for (ox = 0; ox < %(OW)d; ++ox) {\n"
                 "                const int8_t *xp = %(src)s + oy * %(SHPW)d + ox * %(SW)d;\n"
-                "                int32_t acc = b;  /* bias + input_offset * sum(w) */\n"
-                "                int32_t v;\n"
+                "                int32_t acc = %(p)s_b%(i)d[oc], v;  /* bias + input_offset * sum(w) */\n"
                 "                for (ic = 0; ic < %(CG)d; ++ic) {\n"
                 "                    const int8_t *x = xp + (%(cin)s) * %(PHW)d;\n"
                 "                    const int8_t *w = wc + ic * %(KK)d;\n"
-                "%(mac)s"
+                "                    for (ky = 0; ky < %(KH)d; ++ky)\n"
+                "                        for (kx = 0; kx < %(KW)d; ++kx)\n"
+                "                            acc += (int32_t)w[ky * %(KW)d + kx] * x[ky * %(DHPW)d + kx * %(DW)d];\n"
                 "                }\n"
-                "                v = %(p)s_mbqm(acc, m, s) + %(ZO)d;\n"
+                "                v = %(p)s_mbqm(acc, %(p)s_m%(i)d[oc], %(p)s_s%(i)d[oc]) + %(ZO)d;\n"
                 "%(clamp)s"
                 "                o[oy * %(OW)d + ox] = (int8_t)v;\n"
-                "            }\n        }\n    }\n}\n"
-                % dict(name=name, sig=sig, decl=decl, pre=pre, OC=OC, p=p, i=i, WSZ=CG * KH * KW, OHW=OH * OW,
-                       OH=OH, OW=OW, src=src, SHPW=SH * PW, SW=SW, CG=CG, cin=cin, PHW=PH * PW, KK=KH * KW,
-                       mac=mac, ZO=a["output_offset"],
-                       clamp=_indent(_clamp("v", a["activation_min"], a["activation_max"]), 8)))
-        args = [self.ptr(op.inputs[0]), self.ptr(op.output)]
-        if padded:
-            args.append("%s_arena.bytes + %d" % (p, self.plan.buffers["scratch%d" % i].offset))
-        return body, args
+                "            }\n    }\n}\n" % d)
 
     def k_add(self, i, op, name):
         a, p = op.attrs, self.p
@@ -366,7 +412,7 @@ def generate(graph, prefix: str) -> Generated:
     src = [stamp(graph, prefix + "_model.c"),
            "#include <stdint.h>\n#include \"%s_model.h\"\n" % prefix,
            "/* Activations: %d bytes planned (%d without buffer reuse). */" % (plan.arena_bytes, plan.naive_bytes),
-           ("static union { int32_t align; int8_t bytes[%d]; } %s_arena;\n" % (arena, prefix)
+           ("static union { int32_t words[%d]; int8_t bytes[%d]; } %s_arena;\n" % (arena // 4, arena, prefix)
             if plan.arena_bytes else "/* no arena: every op reads in and writes out */\n"),
            HELPERS.format(p=prefix)]
     src += e.data

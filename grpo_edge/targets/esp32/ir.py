@@ -15,7 +15,8 @@ Op kinds and their attrs:
   maxpool  kernel, strides, pads, activation_min/max (same in/out quantization)
   avgpool  kernel, strides, pads, mode "round_div" | "mean" (+ mean_multiplier/shift, count, input_zero_point, output_offset)
   reshape  none: the output shares the input's storage
-  softmax  TFLite int8 softmax parameters (input_multiplier, input_left_shift, diff_min)
+  softmax  TFLite int8 softmax parameters (input_multiplier, input_left_shift, diff_min, tflite_output,
+           output_multiplier/shift when the output scale is not 1/256)
   argmax   none (last axis)
 """
 import hashlib

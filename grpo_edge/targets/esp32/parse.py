@@ -13,6 +13,7 @@ from grpo_edge.errors import ExportError
 
 from . import reference as R
 from .ir import Graph, Op, TensorInfo, file_hash
+from .prepare import add_params, float_table, requant_table
 
 SUPPORTED = ("Gemm", "MatMul", "Conv", "Add", "Relu", "Clip", "Tanh", "Sigmoid", "MaxPool",
              "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten", "Reshape", "Squeeze",
@@ -173,7 +174,7 @@ class _Parser:
         if scale == t.scale and zp == t.zero_point:
             self.ops.append(Op("reshape", node.name or name, [t.name], name, {}))
         else:
-            table = _requant_table(t, self.tensors[name], -128, 127)
+            table = requant_table(t, self.tensors[name], -128, 127)
             self.ops.append(Op("lut", node.name or name, [t.name], name, {"table": table, "function": "requantize"}))
 
     # -- compute ops
@@ -313,7 +314,7 @@ class _Parser:
         out = TensorInfo(name, x.shape, scale, zp)
         if function in ("relu", "clip"):
             alo, ahi = R.activation_range("clip", out.scale, out.zero_point, lo, hi)
-            table = _requant_table(x, out, alo, ahi)
+            table = requant_table(x, out, alo, ahi)
         else:
             table = float_table(x, out, function)
         self.add_op("lut", node, [x.name], x.shape, {"table": table, "function": function})
@@ -491,35 +492,3 @@ def _prune(ops, used, output):
             keep.append(op)
             live.update(op.inputs)
     return keep[::-1]
-
-
-def add_params(a, b, out, consts=None):
-    """ADD int8 parameters (add_common.cc)."""
-    left_shift = 20
-    twice_max = 2.0 * max(float(a.scale), float(b.scale))
-    m1, s1 = R.quantize_multiplier(float(a.scale) / twice_max)
-    m2, s2 = R.quantize_multiplier(float(b.scale) / twice_max)
-    mo, so = R.quantize_multiplier(twice_max / ((1 << left_shift) * float(out.scale)))
-    lo, hi = R.activation_range("none", out.scale, out.zero_point)
-    return {"left_shift": left_shift, "input1_offset": -a.zero_point, "input2_offset": -b.zero_point,
-            "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2, "input2_shift": s2,
-            "output_multiplier": mo, "output_shift": so, "output_offset": out.zero_point,
-            "activation_min": lo, "activation_max": hi, "constants": consts or {}}
-
-
-def _requant_table(x, out, lo, hi):
-    """TFLM ReluQuantized / requantize rule as a table: zp_out + MBQM(q - zp_in, s_in / s_out), clamped."""
-    m, s = R.quantize_multiplier(float(x.scale) / float(out.scale))
-    q = np.arange(-128, 128, dtype=np.int64)
-    v = R.mbqm(q - x.zero_point, m, s) + out.zero_point
-    return R.clamp8(v, lo, hi)
-
-
-def float_table(x, out, function):
-    """tanh / sigmoid as a table: quantize(f(dequantize(q))) in float64, rounding half away from zero."""
-    q = np.arange(-128, 128, dtype=np.float64)
-    real = float(x.scale) * (q - x.zero_point)
-    y = np.tanh(real) if function == "tanh" else 1.0 / (1.0 + np.exp(-real))
-    v = y / float(out.scale)
-    r = np.sign(v) * np.floor(np.abs(v) + 0.5)
-    return R.clamp8(r.astype(np.int64) + out.zero_point)

@@ -179,7 +179,7 @@ class _Builder:
         return o
 
     def _lut(self, i, op):
-        tfl, B = self.tfl, self.tfl.BuiltinOperator
+        B = self.tfl.BuiltinOperator
         f = op.attrs["function"]
         x, y = self.act(op.inputs[0]), op.output
         if f in ("tanh", "sigmoid"):
