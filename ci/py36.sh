@@ -19,6 +19,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "py36: pyenv's Python 3.6.15 not found at $PY36 (pyenv install 3.6.15)" >&2
     exit 3
   fi
+  rm -rf "$VENV.partial"
   "$PY36" -m venv "$VENV.partial"
   "$VENV.partial/bin/python" -m pip install -q "pip<22"
   # typing-extensions is pinned: its newest releases need Python >= 3.9 and pip 21 does not skip them.

@@ -199,21 +199,29 @@ def stdin_lines():
 
 
 def tcp_lines(port, host="127.0.0.1"):
-    """Serve on host:port (localhost only) and yield the lines of one connection after another."""
+    """Listen on host:port (localhost) now; return an iterator over the lines of one connection after another."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise ConfigError("online.stream: the record socket listens on localhost only, not %r" % host)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((host, int(port)))
-    srv.listen(1)
-    conn_no = 0
     try:
-        while True:
-            conn, _ = srv.accept()
-            conn_no += 1
-            with conn, conn.makefile("r", encoding="utf-8") as f:
-                for i, line in enumerate(f, 1):
-                    yield "tcp connection %d line %d" % (conn_no, i), line
-    finally:
-        srv.close()
+        srv.bind((host, int(port)))
+    except OSError as e:
+        raise ConfigError("online.stream tcp:%s: cannot listen (%s)" % (port, e.strerror or e))
+    srv.listen(1)
+
+    def lines():
+        conn_no = 0
+        try:
+            while True:
+                conn, _ = srv.accept()
+                conn_no += 1
+                with conn, conn.makefile("r", encoding="utf-8") as f:
+                    for i, line in enumerate(f, 1):
+                        yield "tcp connection %d line %d" % (conn_no, i), line
+        finally:
+            srv.close()
+    return lines()
 
 
 def parse_record(text, where, obs_dim, n_actions):

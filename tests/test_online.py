@@ -1,0 +1,196 @@
+"""Online training (grpo_edge/online.py): gating, the stdin record stream, kill -9 and resume, memory, Python 3.6.
+
+    .venv/bin/python -m pytest -q tests/test_online.py
+
+Real processes and files: the trainer runs as `python -m grpo_edge.online` subprocesses on the NumPy
+CartPole (grpo_edge.online_envs). Policies are hand-made one-layer MLPs: logits = [0, k * c . obs] with
+c = (0.1, 0.5, 1, 0.5) balances the pole for 500 steps; -c drops it within about 10 steps.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
+from grpo_edge.core.models import build_model
+from grpo_edge.errors import ConfigError
+from grpo_edge.online import OnlineRunner
+from grpo_edge.online_config import load_online_config
+from grpo_edge.online_envs import CartPole
+from grpo_edge.online_sources import StreamTask
+
+from conftest import ROOT, require_tools
+
+ENV = "grpo_edge.online_envs:CartPole"
+GOOD = [0.1, 0.5, 1.0, 0.5]
+
+
+def linear_policy(path, c, k=20.0):
+    model = build_model("mlp", obs_dim=4, n_actions=2, num_layers=1)
+    with torch.no_grad():
+        model.net[0].weight.zero_()
+        model.net[0].bias.zero_()
+        model.net[0].weight[1] = k * torch.tensor(c)
+    save_checkpoint(path, {"arch": "mlp", "model_config": model.config(), "model": model.state_dict(), "task": "cartpole"})
+    return str(path)
+
+
+def run_online(args, stdin=None, timeout=120, wait=True):
+    cmd = [sys.executable, "-m", "grpo_edge.online", "--quiet"] + [str(a) for a in args]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    if not wait:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.run(cmd, cwd=ROOT, env=env, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout)
+
+
+def jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_gate_rolls_back_a_worse_candidate_and_promotes_a_better_one(tmp_path):
+    cfg = load_online_config(None, ["online.env=%s" % json.dumps(ENV), "online.margin=10",
+                                    "online.policy=%s" % json.dumps(linear_policy(tmp_path / "bad.pt", [-x for x in GOOD]))])
+    run = str(tmp_path / "run")
+    r = OnlineRunner(cfg, run)
+    served_path = os.path.join(run, "served.pt")
+    good = load_policy(linear_policy(tmp_path / "good.pt", GOOD))[0]
+    bad_sd = dict((k, v.clone()) for k, v in r.served.state_dict().items())
+
+    # served is bad: a better candidate is promoted
+    r.trainer.policy.load_state_dict(good.state_dict())
+    ino_before = os.stat(served_path).st_ino
+    rec = r.gate()
+    assert rec["decision"] == "promote" and rec["candidate_eval"] > 400 > rec["served_eval"]
+    assert os.stat(served_path).st_ino != ino_before            # replaced by os.replace, not rewritten in place
+    model, meta = load_policy(served_path)
+    assert meta["online"]["version"] == 1 and torch.equal(model.net[0].weight, good.net[0].weight)
+    assert os.path.getsize(os.path.join(run, "served.onnx")) > 0
+    assert not [n for n in os.listdir(run) if n.endswith(".tmp")]
+
+    r.trainer.policy.load_state_dict(bad_sd)                    # now a deliberately worse candidate
+    before = open(served_path, "rb").read()
+    rec = r.gate()
+    assert rec["decision"] == "rollback" and rec["candidate_eval"] < rec["served_eval"] - 10
+    assert open(served_path, "rb").read() == before             # the served policy is untouched
+    assert torch.equal(r.trainer.policy.net[0].weight, good.net[0].weight)   # candidate rolled back
+    gates = [d for d in jsonl(os.path.join(run, "decisions.jsonl")) if d["event"] == "gate"]
+    assert [g["decision"] for g in gates] == ["promote", "rollback"] and gates[1]["served_version"] == 1
+    assert load_checkpoint(os.path.join(run, "state.pt"))["online"]["rollbacks"] == 1
+
+
+def _records(policy_path, episodes, seed=0, with_logp=False):
+    model = load_policy(policy_path)[0]
+    env, rng, lines = CartPole(), np.random.RandomState(seed), []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=ep)
+        while True:
+            with torch.no_grad():
+                lp = torch.log_softmax(model(torch.as_tensor(obs)[None]), -1)[0].numpy().astype(float)
+            a = int(rng.rand() < np.exp(lp[1]))
+            nxt, r, term, trunc, _ = env.step(a)
+            rec = {"obs": [round(float(x), 6) for x in obs], "action": a, "reward": r}
+            if with_logp:
+                rec["logp"] = float(lp[a])
+            if term or trunc:
+                rec["done" if term else "truncated"] = True
+            lines.append(json.dumps(rec))
+            obs = nxt
+            if term or trunc:
+                break
+    return "\n".join(lines) + "\n"
+
+
+def test_stdin_stream_trains_gates_and_rejects_bad_records(tmp_path):
+    pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)   # a mediocre, stochastic start
+    text = _records(pol, 96, with_logp=True)
+    r = run_online(["--stream", "stdin", "--policy", pol, "--save-dir", tmp_path / "s", "--set", "online.gate_every=2",
+                    "--set", "online.max_steps=200"], stdin=text)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert s["stopped"] == "end of stream" and s["episodes"] == 96 and s["update"] >= 3
+    gates = [d for d in jsonl(str(tmp_path / "s" / "decisions.jsonl")) if d["event"] == "gate"]
+    assert gates and all(g["decision"] in ("promote", "rollback", "defer") for g in gates)
+    assert any(g["decision"] != "defer" for g in gates)
+    load_policy(str(tmp_path / "s" / "served.pt"))
+    # a malformed record: exit 2, one line naming the line
+    bad = text.splitlines()[:5] + ['{"obs": [0, 0, 0, 0], "action": 7, "reward": 1}']
+    r = run_online(["--stream", "stdin", "--policy", pol, "--save-dir", tmp_path / "s2"], stdin="\n".join(bad) + "\n")
+    assert r.returncode == 2 and r.stderr.strip() == "error: stdin line 6: 'action' must be an integer in 0..1, got 7"
+
+
+def test_stream_buffers_are_bounded(tmp_path):
+    pol = linear_policy(tmp_path / "p.pt", GOOD, k=2.0)
+    lines = iter([("line %d" % i, t) for i, t in enumerate(_records(pol, 200).splitlines(), 1)])
+    task = StreamTask(lines, "test", 4, 2, group_size=4, max_steps=50, eval_episodes=6, holdout_every=3, buffer_groups=2)
+    task.behaviour = load_policy(pol)[0]
+    with pytest.raises(Exception) as e:
+        while True:
+            task._pump()
+    assert type(e.value).__name__ == "StreamEnded"
+    assert task.episodes > 200 and len(task.groups) == 2 and len(task.eval_eps) == 6   # episodes cut at 50 steps
+    assert max(len(ep["actions"]) for ep in task.eval_eps) <= 50
+    est = task.evaluate(task.behaviour)                      # served on its own episodes: the plain mean return
+    mean = float(np.mean([ep["rewards"].sum() for ep in task.eval_eps]))
+    assert abs(est["return"] - mean) < 1e-3 and abs(est["ess"] - 6) < 1e-3
+
+
+def test_kill9_then_restart_resumes_exactly(tmp_path):
+    pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)
+    args = ["--env", ENV, "--policy", pol, "--max-updates", 24, "--set", "online.checkpoint_every=4",
+            "--set", "online.gate_every=4", "--set", "online.max_steps=100", "--set", "online.export_onnx=false"]
+    ref = run_online(args + ["--save-dir", tmp_path / "ref"])
+    assert ref.returncode == 0, ref.stderr
+    run = tmp_path / "run"
+    p = run_online(args + ["--save-dir", run], wait=False)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 90
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 10):
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    p.stdout.close()
+    p.stderr.close()
+    killed_at = jsonl(str(metrics))[-1]["update"]
+    assert 10 <= killed_at < 24
+    load_policy(str(run / "served.pt"))                      # valid right after the kill
+    r = run_online(args + ["--save-dir", run])
+    assert r.returncode == 0, r.stderr
+    resume = [d for d in jsonl(str(run / "decisions.jsonl")) if d["event"] == "resume"]
+    assert len(resume) == 1 and 0 <= killed_at - resume[0]["update"] <= 4 and resume[0]["dropped_updates"] <= 4
+    assert [m["update"] for m in jsonl(str(run / "metrics.jsonl"))] == list(range(1, 25))   # none twice, none lost
+    a, b = load_checkpoint(str(run / "state.pt")), load_checkpoint(str(tmp_path / "ref" / "state.pt"))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])        # same as never killed
+    assert load_checkpoint(str(run / "served.pt"))["online"] == load_checkpoint(str(tmp_path / "ref" / "served.pt"))["online"]
+    rss = [m["rss_mb"] for m in jsonl(str(tmp_path / "ref" / "metrics.jsonl"))]
+    assert max(rss[len(rss) // 2:]) - rss[len(rss) // 2] < 10.0                        # memory stays flat
+
+
+def test_memory_budget_and_config_errors_are_one_line(tmp_path):
+    r = run_online(["--env", ENV, "--save-dir", tmp_path / "m", "--max-memory", "50M", "--max-updates", 3])
+    assert r.returncode == 2 and r.stderr.startswith("error: process RSS") and len(r.stderr.strip().splitlines()) == 1
+    assert load_checkpoint(str(tmp_path / "m" / "state.pt"))["online"]["update"] == 1      # saved before leaving
+    for sets, msg in ((["online.marginn=1"], "did you mean 'margin'"),
+                      (["online.env=\"x:Y\"", "online.stream=\"stdin\""], "exactly one of online.env"),
+                      (["online.env=\"%s\"" % ENV, "online.max_memory=\"lots\""], "max_memory must be a size")):
+        with pytest.raises(ConfigError, match=msg):
+            load_online_config(None, sets)
+
+
+def test_python36_torch110_runs_the_online_demo():
+    pyenv = shutil.which("pyenv")
+    root = subprocess.run([pyenv, "root"], stdout=subprocess.PIPE, universal_newlines=True).stdout.strip() if pyenv else ""
+    if not (root and os.path.exists(os.path.join(root, "versions", "3.6.15", "bin", "python3"))) and not require_tools():
+        pytest.skip("pyenv's Python 3.6.15 is not installed (GRPO_EDGE_REQUIRE_TOOLS=1 makes this a failure)")
+    r = subprocess.run(["bash", os.path.join(ROOT, "ci", "py36.sh")], cwd=ROOT, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "py36: Python 3.6.15, torch 1.10.2" in r.stdout and "py36 check: ok" in r.stdout
