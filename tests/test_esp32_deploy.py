@@ -12,8 +12,10 @@ SMALL = {"n_check": 200, "tflm": False, "callgrind": False}
 
 
 def test_deploy_resnet_writes_firmware_and_labelled_report(tmp_path):
-    rep = esp32.deploy(samples.cached("resnet"), "esp32", tmp_path, dict(SMALL, prefix="digits"))
+    resnet = samples.cached("resnet")
+    rep = esp32.deploy(resnet, "esp32", tmp_path, dict(SMALL, prefix="digits", fp32_onnx=resnet.parent / "resnet.onnx"))
     f = rep.figures
+    assert f["decision_agreement_fp32"].value >= 0.9
     assert f["host_bit_exact"].value is True and f["arena_bytes"].how == "exact"
     assert f["ort_max_lsb_per_op"].value <= 1
     if rv32.available():

@@ -159,7 +159,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                     "argmax of int8 reference vs fp32 ONNX on %d eval inputs" % len(xf))
 
     # 3. rv32imc instruction-level simulation
-    clock = float(get("clock_hz", 160e6))
+    clock = get("clock_hz")
     if opts["rv32"] and (rv32.available() or _require_tools()):
         r = rv32.rv32_check(graph, gen, x_int8[:min(100, len(x_int8))])
         rep.sections["rv32_simulation"] = r
@@ -171,12 +171,17 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         rep.add("flash_bytes", flash_ours, "B", "measured-host", "rv32imc -O2 ELF: .text + .rodata + .data of the model")
         rep.add("ram_bytes", gen.plan.arena_bytes + r["stack_bytes"], "B", "measured-host",
                 "arena %d + measured rv32 stack %d" % (gen.plan.arena_bytes, r["stack_bytes"]))
-        lat = n * rv32.CPI_RV32 / clock
-        how = ("rv32imc count x CPI %.1f (assumed) / %s clock %.0f MHz" % (rv32.CPI_RV32, pname, clock / 1e6))
-        if pname != "esp32c3":
-            how += "; Xtensa assumed to need the same instruction count as rv32imc (no Xtensa compiler here)"
-        rep.add("latency_s", lat, "s", "estimated", how + " [%s]" % fsource("clock_hz"))
-        power = get("active_power_w")
+        if not clock:
+            rep.notes.append("no clock_hz in the profile: latency and energy not estimated")
+            power = None
+        else:
+            clock = float(clock)
+            lat = n * rv32.CPI_RV32 / clock
+            how = ("rv32imc count x CPI %.1f (assumed) / %s clock %.0f MHz" % (rv32.CPI_RV32, pname, clock / 1e6))
+            if pname != "esp32c3":
+                how += "; Xtensa assumed to need the same instruction count as rv32imc (no Xtensa compiler here)"
+            rep.add("latency_s", lat, "s", "estimated", how + " [%s]" % fsource("clock_hz"))
+            power = get("active_power_w")
         if power:
             rep.add("energy_j", lat * float(power), "J", "estimated",
                     "latency estimate x active_power_w %.3g W [%s]" % (float(power), fsource("active_power_w")))
@@ -249,3 +254,22 @@ def tflm_baseline(graph, gen, x_int8, opts, out) -> dict:
 def shutil_which(name):
     import shutil
     return shutil.which(name)
+
+
+def main(argv=None):
+    """python -m grpo_edge.targets.esp32.deploy MODEL.int8.onnx [--profile esp32c3] [--out DIR] [--prefix P]"""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m grpo_edge.targets.esp32.deploy", description=main.__doc__)
+    ap.add_argument("model")
+    ap.add_argument("--profile", default="esp32c3")
+    ap.add_argument("--out", default="esp32_out")
+    ap.add_argument("--prefix", default=None)
+    ap.add_argument("--n-callgrind", type=int, default=10)
+    a = ap.parse_args(argv)
+    rep = deploy(a.model, a.profile, a.out, {"prefix": a.prefix, "n_callgrind": a.n_callgrind})
+    print(rep.to_markdown().split("\n## ")[0])
+    print("report: %s/report.md" % a.out)
+
+
+if __name__ == "__main__":
+    main()
