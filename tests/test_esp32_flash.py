@@ -9,7 +9,12 @@ import pytest
 from grpo_edge.errors import TargetError
 from grpo_edge.targets.esp32 import flash as F
 
-pytest.importorskip("serial", reason="pip install pyserial")
+try:
+    import serial  # noqa: F401
+except ImportError:
+    if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
+        raise
+    pytest.skip("pip install pyserial", allow_module_level=True)
 
 LINES = [b"ESP-ROM:esp32c3-api1-20210207\r\n", b"I (312) main_task: Calling app_main()\r\n",
          b"GRPO_EDGE model=cartpole vectors=8 checksum=0x1a2b3c4d expected=0x1a2b3c4d status=OK\r\n",
@@ -105,7 +110,12 @@ def test_flash_without_build_says_what_to_do(tmp_path):
 
 
 def test_flash_with_real_esptool_and_missing_port(tmp_path):
-    pytest.importorskip("esptool", reason="pip install esptool")
+    try:
+        import esptool  # noqa: F401
+    except ImportError:
+        if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
+            raise
+        pytest.skip("pip install esptool")
     _fake_build(tmp_path)
     with pytest.raises(TargetError, match="esptool failed"):
         F.flash(tmp_path, "/dev/does-not-exist-grpo", watch=False)
