@@ -190,7 +190,18 @@ def deploy(source, profile, out_dir, options=None) -> Report:
 
     # 4. TFLite Micro baseline
     if opts["tflm"] and (tflm.available() or _require_tools()):
-        rep.sections["tflm_baseline"] = tflm_baseline(graph, gen, x_int8, opts, out)
+        tb = tflm_baseline(graph, gen, x_int8, opts, out)
+        rep.sections["tflm_baseline"] = tb
+        if "skipped" not in tb:
+            rep.add("tflm_arena_bytes", tb["arena_bytes"], "B", "measured-host",
+                    "smallest arena TFLM runs in (subprocess bisection), %s" % tb["tflm"])
+            why = tb["outputs"]["reason"]
+            rep.add("tflm_outputs_max_lsb", tb["outputs"]["max_lsb"], "LSB", "measured-host",
+                    "TFLM vs our reference, same parameters" + ("; " + why if why else ""))
+            ipi = tb.get("instructions_per_inference")
+            if ipi:
+                rep.add("host_instructions_ours", int(round(ipi["ours"])), "instr", "measured-host", ipi["how"])
+                rep.add("host_instructions_tflm", int(round(ipi["tflm"])), "instr", "measured-host", ipi["how"])
     elif opts["tflm"]:
         rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
 
