@@ -85,11 +85,12 @@ def markdown(results, machine):
     return "\n".join(parts)
 
 
-def write_section(path, text):
+def write_section(path, text, start=MARK_START, end=MARK_END):
+    """Replace the text between `start` and `end` markers in `path` (append it when absent)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.read_text() if path.exists() else "# Results\n\nEvery number here is measured on this project's machine unless labelled an estimate.\n"
-    if MARK_START in old and MARK_END in old:
-        new = old[:old.index(MARK_START)] + text + old[old.index(MARK_END) + len(MARK_END):]
+    if start in old and end in old:
+        new = old[:old.index(start)] + text + old[old.index(end) + len(end):]
     else:
         new = old.rstrip() + "\n\n" + text + "\n"
     tmp = path.with_suffix(".tmp")
