@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from ._layers import (Attention, CompletionBuffer, FeedForward, causal_bias, init_transformer_weights,
-                      logprobs_and_entropy, run_checkpointed, sample_next)
+                      logprobs_and_entropy, merge_heads, run_checkpointed, sample_next, split_heads)
 from .spec import ExportSpec
 
 
@@ -137,17 +137,44 @@ class MicroGPT(nn.Module):
             raise ValueError("temperature must be > 0, got %r (use greedy=True for argmax decoding)" % (temperature,))
         # The last sampled token is never fed back, so the model sees Tp + max_new_tokens - 1 positions.
         self._check_len(prompt.shape[1] + max_new_tokens - 1)
+        b, tp = prompt.shape
         with torch.no_grad():
-            pk, pv = self.empty_cache(prompt.shape[0], prompt.device)
+            pk, pv = self.empty_cache(b, prompt.device)
             logits, pk, pv = self.forward_step(prompt, pk, pv)            # prefill, (B, Tp, V)
-            out = CompletionBuffer(prompt.shape[0], eos_id, pad_id, prompt.device)
+            # One preallocated cache, written in place: concatenating per token would copy the whole
+            # cache every step (O(T^2) memory traffic; measured 2-3x slower at 64 tokens, see docs/results.md).
+            keys = pk.new_zeros(pk.shape[:3] + (tp + max_new_tokens, pk.shape[4]))   # (L, B, H, T_max, hd)
+            values = torch.zeros_like(keys)
+            keys[:, :, :, :tp] = pk
+            values[:, :, :, :tp] = pv
+            out = CompletionBuffer(b, eos_id, pad_id, prompt.device)
             for step in range(max_new_tokens):
                 tok, logp = sample_next(logits[:, -1], temperature, greedy, generator)
                 tok = out.add(tok, logp)
                 if out.all_done() or step == max_new_tokens - 1:
                     break
-                logits, pk, pv = self.forward_step(tok.unsqueeze(1), pk, pv)   # (B, 1, V)
+                logits = self._decode_one(tok.unsqueeze(1), keys, values, tp + step)   # (B, 1, V)
             return out.result()
+
+    def _decode_one(self, idx, keys, values, t):
+        """One new token at position t on top of the in-place cache: idx (B, 1) -> logits (B, 1, V).
+
+        keys, values (n_layer, B, H, T_max, hd) hold positions < t and get position t written. The same
+        arithmetic as GPTBlock / Attention.forward (which a cache passed by value needs for export).
+        """
+        x = self.drop(self.tok_emb(idx) + self.pos_emb.weight[t])          # (B, 1, D)
+        for i, block in enumerate(self.blocks):
+            attn = block.attn
+            h = block.ln1(x)
+            q = split_heads(attn.q(h), attn.n_head)                          # (B, H, 1, hd)
+            keys[i, :, :, t:t + 1] = split_heads(attn.k(h), attn.n_head)
+            values[i, :, :, t:t + 1] = split_heads(attn.v(h), attn.n_head)
+            att = torch.matmul(q, keys[i, :, :, :t + 1].transpose(-2, -1)) * attn.scale   # (B, H, 1, t + 1)
+            att = attn.attn_drop(torch.softmax(att, dim=-1))
+            y = merge_heads(torch.matmul(att, values[i, :, :, :t + 1]))      # (B, 1, D)
+            x = x + attn.resid_drop(attn.proj(y))
+            x = x + block.mlp(block.ln2(x))
+        return self.head(self.ln_f(x))
 
     def sequence_logprobs(self, prompt, tokens, temperature=1.0):
         """Teacher-forced (logp (B, Tn), entropy (B, Tn)) of `tokens` (B, Tn) after `prompt` (B, Tp), with grad.
