@@ -59,3 +59,22 @@ def retention(metric_new: float, metric_ref: float, higher_is_better: bool = Tru
     if metric_ref == 0:
         return 1.0 if metric_new == metric_ref else float("nan")
     return metric_new / metric_ref if higher_is_better else metric_ref / metric_new
+
+
+def text_metric(task, completions, problems) -> float:
+    """The text task's metric (task.metric_name, e.g. exact_match) of given completions of (prompt, ref) problems.
+
+    What task.evaluate reports, computed on completions from any runtime (the ONNX generation loop).
+    """
+    prompts, refs = [p for p, _ in problems], [r for _, r in problems]
+    fn = getattr(task, "eval_metrics", {}).get(task.metric_name)
+    if fn is not None:
+        return float(np.mean([fn(c, r, p) for c, r, p in zip(completions, refs, prompts)]))
+    _, parts = task.rewards.score(completions, refs, prompts)
+    return float(parts[task.metric_name].mean())
+
+
+def eval_problems(task, n: int = 0) -> list:
+    """The (prompt, reference) problems task.evaluate(n=n) scores: the first n (0: eval_size) of the test split."""
+    problems = task.problems("test")
+    return problems[:n or task.eval_size or len(problems)]

@@ -29,11 +29,14 @@ MIN_SAMPLES = 100
 
 
 def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_channel: bool = True,
-              reduce_range: bool = False, max_samples: int = 2000) -> dict:
+              reduce_range: bool = False, max_samples: int = 2000, op_types=None) -> dict:
     """Quantize `onnx_path` to int8 QDQ at `out_path`, calibrated on `calibration`.
 
     calibration: np.ndarray (single-input models), {input name: array}, or a .npy / .npz path (an .npz
-      holds one array per input name, or one array for a single-input model).
+      holds one array per input name, or one array for a single-input model); or a list of feed dicts
+      whose shapes may differ (decode steps with a growing KV cache), in memory or as a feed-set .npz
+      (grpo_edge.export.decode_calibration). Feeds of varying shape support method "minmax" only.
+    op_types: quantize only these op types (e.g. ["MatMul", "Gemm"]); None = every op ORT can quantize.
     Returns {path, size_bytes, fp32_size_bytes, method, per_channel, reduce_range, num_samples, format,
       warnings, errors: {reference: {...}, ort_optimized: {...}}}: int8-vs-fp32 output errors on the
       calibration samples, with ORT optimizations off (reference arithmetic) and on (this CPU's kernels).
@@ -46,15 +49,17 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     specs = io_specs(model, "input")
     data, src = _load_calibration(calibration, specs)
     _check_calibration(data, specs, src, onnx_path)
-    n = len(next(iter(data.values())))
+    if isinstance(data, list):           # only the inputs the graph has (a recorder may feed more)
+        data = [dict((s["name"], f[s["name"]]) for s in specs) for f in data]
+    n = len(data) if isinstance(data, list) else len(next(iter(data.values())))
     notes = []
     if n < MIN_SAMPLES:
         msg = "only %d calibration samples in %s (fewer than %d): activation ranges may be off" % (n, src, MIN_SAMPLES)
         warnings.warn(msg)
         notes.append(msg)
     if n > max_samples:
-        idx = np.random.default_rng(0).choice(n, max_samples, replace=False)
-        data = {k: v[np.sort(idx)] for k, v in data.items()}
+        idx = np.sort(np.random.default_rng(0).choice(n, max_samples, replace=False))
+        data = [data[i] for i in idx] if isinstance(data, list) else {k: v[idx] for k, v in data.items()}
         notes.append("used %d of %d calibration samples (max_samples)" % (max_samples, n))
         n = max_samples
 
@@ -63,7 +68,7 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     fd, tmp = tempfile.mkstemp(dir=str(out_path.parent), prefix="." + out_path.name + ".", suffix=".tmp")
     os.close(fd)
     try:
-        _quantize(onnx_path, tmp, data, specs, method, per_channel, reduce_range)
+        _quantize(onnx_path, tmp, data, specs, method, per_channel, reduce_range, op_types)
         atomic_write_bytes(out_path, Path(tmp).read_bytes())
     finally:
         if os.path.exists(tmp):
@@ -73,23 +78,38 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     return {"path": str(out_path), "size_bytes": out_path.stat().st_size,
             "fp32_size_bytes": onnx_path.stat().st_size, "method": method, "per_channel": per_channel,
             "reduce_range": reduce_range, "num_samples": n, "calibration": src,
+            "op_types": list(op_types) if op_types else "all ORT-quantizable ops",
             "format": "QDQ; activations int8 asymmetric per-tensor; weights int8 symmetric "
                       + ("per-channel" if per_channel else "per-tensor"),
             "warnings": notes, "errors": errors}
 
 
-def _quantize(src, dst, data, specs, method, per_channel, reduce_range):
+def _batches(data, specs):
+    """The feeds the calibrator runs: equal-size slices of stacked arrays, or shape groups of a feed list."""
+    if isinstance(data, list):
+        from grpo_edge.export.decode_calibration import group_feeds
+        axes = {s["name"]: next((i for i, d in enumerate(s["shape"]) if "batch" in str(d).lower()), None)
+                for s in specs}
+        return group_feeds(data, axes)
+    batch_dynamic = all(not isinstance(s["shape"][0], int) or s["shape"][0] <= 0 for s in specs if s["shape"])
+    n = len(next(iter(data.values())))
+    # ORT's calibrators stack per-batch outputs: every batch must have the same size.
+    step = max(b for b in range(1, 33) if n % b == 0) if batch_dynamic else 1
+    return [{k: v[i:i + step] for k, v in data.items()} for i in range(0, n, step)]
+
+
+def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types=None):
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
-    batch_dynamic = all(not isinstance(s["shape"][0], int) or s["shape"][0] <= 0 for s in specs if s["shape"])
-    n_samples = len(next(iter(data.values())))
-    # ORT's calibrators stack per-batch outputs: every batch must have the same size.
-    step = max(b for b in range(1, 33) if n_samples % b == 0) if batch_dynamic else 1
+    batches = _batches(data, specs)
+    if method != "minmax" and len(set(tuple(sorted((k, v.shape) for k, v in b.items())) for b in batches)) > 1:
+        # ORT's histogram calibrators stack every run's tensors into one array: shapes must agree.
+        raise ExportError("calibration method %r needs fixed-shape inputs; these feeds vary in shape (decode "
+                          "steps): use minmax" % method)
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            n = len(next(iter(data.values())))
-            self._it = iter([{k: v[i:i + step] for k, v in data.items()} for i in range(0, n, step)])
+            self._it = iter(batches)
 
         def get_next(self):
             return next(self._it, None)
@@ -109,6 +129,7 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range):
             quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                             per_channel=per_channel, reduce_range=reduce_range, calibrate_method=cm,
+                            op_types_to_quantize=list(op_types) if op_types else None,
                             extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
     except ExportError:
         raise
@@ -130,6 +151,9 @@ def _load_calibration(calibration, specs):
             loaded = np.load(str(path), allow_pickle=False)
         except Exception as e:
             raise ExportError("%s is not a .npy/.npz calibration file (%s)" % (path, str(e).splitlines()[0][:200]))
+        from grpo_edge.export.decode_calibration import is_feeds, load_feeds
+        if is_feeds(loaded):
+            return load_feeds(loaded, path), str(path)
         if isinstance(loaded, np.ndarray):
             arrays = {names[0]: loaded} if len(names) == 1 else {"?": loaded}
         else:
@@ -141,6 +165,8 @@ def _load_calibration(calibration, specs):
             else:
                 raise ExportError("%s holds arrays %s; the model needs %s" % (path, keys, names))
         return arrays, str(path)
+    if isinstance(calibration, list) and calibration and all(isinstance(f, dict) for f in calibration):
+        return [dict((k, np.asarray(v)) for k, v in f.items()) for f in calibration], "in-memory feed list"
     if isinstance(calibration, dict):
         missing = [k for k in names if k not in calibration]
         if missing:
@@ -155,7 +181,24 @@ def _load_calibration(calibration, specs):
                       % type(calibration).__name__)
 
 
+def _check_feeds(feeds, specs, src, onnx_path):
+    """Every feed holds every input with its dtype, rank and static dims (dynamic dims may vary)."""
+    for i, f in enumerate(feeds):
+        for s in specs:
+            if s["name"] not in f:
+                raise ExportError("calibration %s: feed %d lacks input %r of %s" % (src, i, s["name"], onnx_path))
+            a = f[s["name"]]
+            ok = a.dtype == np.dtype(s["dtype"]) and a.ndim == len(s["shape"]) and all(
+                not isinstance(d, int) or d <= 0 or d == got for d, got in zip(s["shape"], a.shape))
+            if not ok:
+                raise ExportError("calibration %s feed %d does not fit %s input %r: expected (%s) %s, found %s %s"
+                                  % (src, i, onnx_path, s["name"], ", ".join(str(d) for d in s["shape"]),
+                                     s["dtype"], tuple(a.shape), a.dtype))
+
+
 def _check_calibration(data, specs, src, onnx_path):
+    if isinstance(data, list):
+        return _check_feeds(data, specs, src, onnx_path)
     if "?" in data:
         raise ExportError("%s: one array given, but %s has %d inputs %s"
                           % (src, onnx_path, len(specs), [s["name"] for s in specs]))
@@ -181,6 +224,14 @@ def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512
     looks like logits (last dim > 1), the fraction of samples whose argmax agrees."""
     from grpo_edge.export.onnx_utils import session
     s32, s8 = session(fp32_path, optimize=True), session(int8_path, optimize=optimize)
+    if isinstance(data, list):           # feeds of varying shape: one run each, first outputs flattened
+        a, b = [], []
+        for f in data[:limit]:
+            a.append(s32.run(None, f)[0])
+            b.append(s8.run(None, f)[0])
+        a = np.concatenate([x.reshape(-1, x.shape[-1]) for x in a])
+        b = np.concatenate([x.reshape(-1, x.shape[-1]) for x in b])
+        return _errors(a, b, min(limit, len(data)), optimize)
     n = min(limit, len(next(iter(data.values()))))
     feed = {k: v[:n] for k, v in data.items()}
     try:
@@ -188,6 +239,10 @@ def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512
     except Exception:  # fixed batch 1: run one sample at a time
         a = np.concatenate([s32.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
         b = np.concatenate([s8.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
+    return _errors(a, b, n, optimize)
+
+
+def _errors(a, b, n, optimize) -> dict:
     d = np.abs(a.astype(np.float64) - b.astype(np.float64))
     out = {"max_abs_diff": float(d.max()), "mean_abs_diff": float(d.mean()), "samples": int(n),
            "ort_graph_optimizations": "on" if optimize else "off"}

@@ -22,7 +22,8 @@ from grpo_edge.report import Report, atomic_write_text
 
 DEFAULTS = {"calibration": None, "calibration_samples": 512, "method": "minmax", "per_channel": True,
             "runs": 1000, "warmup": 100, "eval_n": 0, "min_retention": 0.99, "tolerance": 1e-4, "task": None,
-            "seed": 0}
+            "seed": 0, "min_agreement": 0.99, "text_runs": 100, "text_warmup": 10, "op_types": None}
+TEXT_ARCHS = ("micro-gpt", "tiny-transformer")     # generation models: deployed by rpi_text (runner decodes text)
 RUNNER = Path(__file__).with_name("rpi_runner.py")
 
 
@@ -33,7 +34,9 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     built-in set), calibration_samples, method (minmax|entropy|percentile), per_channel, runs / warmup
     (latency), eval_n (task-metric episodes/samples, 0 = task default), min_retention (int8 must keep this
     fraction of the fp32 metric to be chosen), tolerance (fp32 artifact vs torch, max |diff|), task (task
-    name for a plain ONNX source), seed.
+    name for a plain ONNX source), seed. Text models (micro-gpt, tiny-transformer checkpoints; see
+    rpi_text.py): min_agreement (runner vs torch greedy completions), text_runs / text_warmup (completions
+    timed), op_types (ops int8 quantizes; default MatMul/Gemm for text, every op otherwise).
     """
     from grpo_edge.export.calibration import builtin_calibration, load_calibration, task_inputs
     from grpo_edge.export.onnx2int8 import onnx2int8
@@ -53,6 +56,9 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     source = Path(source)
 
     model, task, state = _load_source(source, opts, rep)
+    if state is not None and state["arch"] in TEXT_ARCHS:
+        from grpo_edge.targets.rpi_text import deploy_text
+        return _finish(deploy_text(model, task, state, source, prof, out, opts, rep), out)
     fp32_path, int8_path = out / "model.onnx", out / "model.int8.onnx"
     if model is not None:
         from grpo_edge.export.torch2onnx import torch2onnx
@@ -83,7 +89,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         raise TargetError("%s: no calibration data: pass options['calibration'] (an .npz/.npy) or a task" % source)
     if len(inputs) == 1 and len(calib) == 1:
         calib = {inputs[0]["name"]: next(iter(calib.values()))}
-    qinfo = onnx2int8(fp32_path, calib, int8_path, method=opts["method"], per_channel=opts["per_channel"])
+    qinfo = onnx2int8(fp32_path, calib, int8_path, method=opts["method"], per_channel=opts["per_channel"],
+                      op_types=opts["op_types"])
     rep.notes += ["calibration: %s, method %s, %d samples; %s" % (calib_src, qinfo["method"], qinfo["num_samples"],
                                                                    qinfo["format"])] + qinfo["warnings"]
 
@@ -168,10 +175,15 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         "`python3 runner.py --choose` re-picks fp32/int8 by latency measured there." % (
             prof["name"], " and reads power with vcgencmd pmic_read_adc" if prof["name"] == "rpi5" else
             " (the Pi 4 has no power sensor: use a USB meter)"),
+    ]
+    return _finish(rep, out)
+
+
+def _finish(rep, out):
+    rep.notes.append(
         "int8 accuracy is judged with ORT graph optimizations off (the QDQ arithmetic itself): on x86 CPUs "
         "without VNNI, ORT's fused int8 kernels can saturate; metric_onnx_int8_ort_optimized shows this host's "
-        "kernels. The Pi's ARM kernels do not use that AVX2 path: confirm with runner.py on the device.",
-    ]
+        "kernels. The Pi's ARM kernels do not use that AVX2 path: confirm with runner.py on the device.")
     rep.write(out)
     for f in out.iterdir():          # atomic writes create 0600 files: the folder is meant to be copied
         if f.is_file():

@@ -8,6 +8,12 @@ Copied verbatim into a deploy folder as runner.py. Usage on the device (or on th
     python3 runner.py --bench --runs 2000                     # median latency (+ power on a Pi 5)
     python3 runner.py --model model.int8.onnx --reference ... # ORT graph optimizations off
 
+Text models (a tokenizer.json in this folder; the decoding loop is in textgen.py):
+
+    python3 runner.py --text "12+7="                          # prints the greedy completion: 19
+    python3 runner.py --prompts prompts.txt --json            # one prompt per line (- for stdin)
+    python3 runner.py --bench --runs 200                      # per-token and per-completion median latency
+
 The default model is the one deploy.json marks as chosen (fp32 or int8, picked by measurement).
 """
 import argparse
@@ -123,8 +129,32 @@ def device_name():
 def bench(runner, runs=1000, warmup=100, power=True):
     """Median / p90 latency of single-sample calls; on a Pi 5 also mean board power idle and busy."""
     feed = runner.example()
+    out = timed(lambda: runner.session.run(None, feed), runs, warmup, power)
+    out["model"] = os.path.basename(runner.path)
+    return out
+
+
+def text_bench(gen, model_path, prompt, runs=100, warmup=10, power=True):
+    """Batch-1 greedy completions of `prompt`: median seconds per completion and per token (model call)."""
+    ids = gen.encode([prompt])
+    gen.step_times, gen.timing = [], True
+    try:
+        out = timed(lambda: gen.generate(ids), runs, warmup, power)
+    finally:
+        gen.timing = False
+    steps = np.asarray(gen.step_times[len(gen.step_times) * warmup // (runs + warmup):])   # timed runs only
+    row = gen.generate(ids)[0]
+    out.update(model=os.path.basename(model_path), prompt=prompt, completion=gen.tokenizer.decode(row),
+               per_completion_median_s=out["latency_median_s"], per_token_median_s=float(np.median(steps)),
+               model_calls_per_completion=int(len(steps) // runs),
+               new_tokens=int(np.sum(np.cumsum(row == 2) - (row == 2) == 0)))   # up to and with EOS
+    return out
+
+
+def timed(call, runs, warmup, power=True):
+    """Warm-up, then `runs` timed calls: median / p90 / min seconds (+ Pi 5 board power while busy)."""
     for _ in range(warmup):
-        runner.session.run(None, feed)
+        call()
     samples, stop = [], threading.Event()
     sampler = None
     idle_w = pmic_power_w() if power else None
@@ -141,7 +171,7 @@ def bench(runner, runs=1000, warmup=100, power=True):
     try:
         for i in range(runs):
             t0 = time.perf_counter()
-            runner.session.run(None, feed)
+            call()
             times[i] = time.perf_counter() - t0
     finally:
         stop.set()
@@ -149,7 +179,7 @@ def bench(runner, runs=1000, warmup=100, power=True):
             sampler.join()
     model = device_name()
     on_pi = "Raspberry Pi" in model
-    out = {"model": os.path.basename(runner.path), "runs": runs, "warmup": warmup,
+    out = {"runs": runs, "warmup": warmup,
            "latency_median_s": float(np.median(times)), "latency_p90_s": float(np.percentile(times, 90)),
            "latency_min_s": float(times.min()), "how": "measured-device" if on_pi else "measured-host",
            "machine": model or "%s %s" % (platform.system(), platform.machine()),
@@ -167,9 +197,14 @@ def choose(runs, warmup, threads):
     cfg_path = os.path.join(HERE, "deploy.json")
     with open(cfg_path) as f:
         cfg = json.load(f)
-    lat = {}
+    lat, text = {}, text_config()
     for name in ("model.onnx", "model.int8.onnx"):
-        lat[name] = bench(Runner(os.path.join(HERE, name), threads=threads), runs, warmup, power=False)
+        path = os.path.join(HERE, name)
+        if text is None:
+            lat[name] = bench(Runner(path, threads=threads), runs, warmup, power=False)
+        else:
+            lat[name] = text_bench(text_generator(path, text, threads=threads), path, text["example_prompt"],
+                                   runs, warmup, power=False)
     fast8 = lat["model.int8.onnx"]["latency_median_s"] < lat["model.onnx"]["latency_median_s"]
     cfg["chosen"] = "model.int8.onnx" if (cfg.get("int8_allowed") and fast8) else "model.onnx"
     cfg["why"] = "runner.py --choose on %s: int8 %.3g s vs fp32 %.3g s median; int8 allowed: %s" % (
@@ -181,6 +216,45 @@ def choose(runs, warmup, threads):
         json.dump(cfg, f, indent=2)
     os.replace(tmp, cfg_path)
     return {"chosen": cfg["chosen"], "why": cfg["why"]}
+
+
+def text_config():
+    """tokenizer.json's settings when this folder holds a text model (decoded by textgen.py), else None."""
+    if not os.path.exists(os.path.join(HERE, "tokenizer.json")):
+        return None
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
+    import textgen
+    return textgen.load_text_config(HERE)
+
+
+def text_generator(path, cfg, reference=False, threads=1):
+    import textgen
+    missing = [f for f in textgen.model_files(path, cfg["arch"]).values() if not os.path.exists(f)]
+    if missing:
+        sys.exit("runner: model file(s) not found: %s" % ", ".join(missing))
+    return textgen.TextGenerator(cfg, textgen.ort_functions(path, cfg, reference=reference, threads=threads))
+
+
+def run_text(args, path, cfg):
+    """--text / --prompts / --bench for a text model; returns the result dict."""
+    gen = text_generator(path, cfg, reference=args.reference, threads=args.threads)
+    prompts = list(args.text or [])
+    if args.prompts:
+        f = sys.stdin if args.prompts == "-" else open(args.prompts, encoding="utf-8")
+        with f:
+            prompts += [line.rstrip("\r\n") for line in f if line.strip()]
+    result = {}
+    if prompts:
+        try:
+            result["completions"] = gen.complete(prompts, batch_size=args.batch_size)
+        except ValueError as e:
+            sys.exit("runner: %s" % e)
+        result["prompts"] = prompts
+    if args.bench:
+        result["bench"] = text_bench(gen, path, prompts[0] if prompts else cfg["example_prompt"], args.runs,
+                                     args.warmup)
+    return result
 
 
 def chosen_model():
@@ -204,14 +278,28 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--choose", action="store_true",
                     help="on the device: bench fp32 and int8, keep the faster one if deploy.json allows int8")
+    ap.add_argument("--text", action="append", help="text models: a prompt to complete (repeatable)")
+    ap.add_argument("--prompts", default=None, help="text models: file with one prompt per line, - for stdin")
+    ap.add_argument("--batch-size", type=int, default=64, help="text models: prompts decoded together")
     args = ap.parse_args(argv)
     if args.choose:
         result = choose(args.runs, args.warmup, args.threads)
         print(json.dumps(result) if args.json else "chosen: %s (%s)" % (result["chosen"], result["why"]))
         return 0
     path = args.model or chosen_model()
-    if not os.path.isabs(path) and not os.path.exists(path):
+    if not os.path.isabs(path) and not os.path.exists(os.path.join(os.getcwd(), path)):
         path = os.path.join(HERE, path)
+    text = text_config()
+    if text is not None:
+        result = run_text(args, path, text)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for c in result.get("completions", []):
+                print(c)
+            if "bench" in result:
+                print("bench: %s" % json.dumps(result["bench"]))
+        return 0
     if not os.path.exists(path):
         sys.exit("runner: model not found: %s" % path)
     runner = Runner(path, reference=args.reference, threads=args.threads)
