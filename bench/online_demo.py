@@ -39,6 +39,7 @@ ENV = "grpo_edge.online_envs:CartPole"
 def pretrain(path, seed):
     """GRPO on the original CartPole until greedy return >= 495 on 20 episodes (about 10 s)."""
     task = EnvTask(ENV, make_env_factory(ENV, {}), 500, 20, seed=seed)
+    torch.manual_seed(seed)                    # the initial weights too: the whole demo is reproducible
     model = build_model("mlp", obs_dim=4, n_actions=2, hidden=64)
     cfg = {"training": {"batch_size": 4, "lr": 0.003, "lr_scaling": "none", "steps": 100, "seed": seed},
            "grpo": {"group_size": 8, "num_iterations": 4, "clip_eps": 0.2, "advantage": "reward_to_go", "gamma": 0.99}}

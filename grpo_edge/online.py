@@ -49,6 +49,9 @@ class OnlineRunner(object):
             os.makedirs(save_dir)
         self.paths = dict((k, os.path.join(save_dir, k)) for k in
                           ("served.pt", "served.onnx", "state.pt", "decisions.jsonl", "metrics.jsonl"))
+        for name in os.listdir(save_dir):     # temp files of writes a power cut interrupted
+            if name.endswith(".tmp") and name.lstrip(".").split(".")[0] in ("served", "state", "metrics", "decisions"):
+                os.unlink(os.path.join(save_dir, name))
         torch.set_num_threads(int(self.o["threads"]))
         self.budget = parse_memory(self.o["max_memory"])
         t = cfg["training"]
@@ -69,6 +72,7 @@ class OnlineRunner(object):
         else:
             from grpo_edge.core.models import build_model
             m = dict(cfg["model"])
+            torch.manual_seed(int(t["seed"]))
             served, meta = build_model(m.pop("arch"), **dict(m, **self.task.model_kwargs())), {}
         mc = served.config()
         if (mc.get("obs_dim"), mc.get("n_actions")) != (self.task.obs_dim, self.task.n_actions):
