@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from grpo_edge.config_small_data import (SMALL_DATA_CHOICES, SMALL_DATA_RANGES, AugmentConfig, CurriculumConfig,
+                                         DistillConfig, check_small_data)
 from grpo_edge.errors import ConfigError
 
 
@@ -127,7 +129,7 @@ class GRPOConfig:
     """PPO: hidden width of the control critic."""
 
 
-SECTIONS = ("model", "training", "grpo", "task")
+SECTIONS = ("model", "training", "grpo", "task", "curriculum", "augment", "distill")
 CHOICES = {
     ("training", "lr_scaling"): ("sqrt", "none"),
     ("training", "lr_schedule"): ("constant", "linear", "cosine"),
@@ -154,6 +156,8 @@ RANGES = {
     ("grpo", "temperature"): (0, None, False), ("grpo", "grad_penalty_lambda"): (0, None, True),
     ("training", "gradient_checkpointing"): (0, None, True), ("training", "threads"): (0, None, True),
 }
+CHOICES.update(SMALL_DATA_CHOICES)
+RANGES.update(SMALL_DATA_RANGES)
 # Names readers of the seed document (or of other frameworks) type, mapped to ours.
 MODEL_ALIASES = {"micro-gpt": {"nhead": "n_head", "num_layers": "n_layer"}}
 TRAINING_ALIASES = {"grad_clip": "grad_norm_clip", "gradient_accumulation_steps": "grad_accum_steps"}
@@ -169,10 +173,14 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     task: Dict[str, Any] = field(default_factory=dict)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def to_dict(self) -> dict:
         return {"model": dict(self.model), "training": asdict(self.training), "grpo": asdict(self.grpo),
-                "task": dict(self.task)}
+                "task": dict(self.task), "curriculum": asdict(self.curriculum), "augment": asdict(self.augment),
+                "distill": asdict(self.distill)}
 
 
 def _closest(key, valid):
@@ -183,12 +191,12 @@ def _closest(key, valid):
 def _coerce(section, key, value, typ):
     """Check / convert one value against a dataclass field type; raise ConfigError naming the key."""
     where = "%s.%s" % (section, key)
-    optional = typ in (Optional[float], Optional[int])
+    optional = typ in (Optional[float], Optional[int], Optional[str])
     if value is None:
         if optional:
             return None
         raise ConfigError("%s must not be empty" % where)
-    base = {Optional[float]: float, Optional[int]: int}.get(typ, typ)
+    base = {Optional[float]: float, Optional[int]: int, Optional[str]: str}.get(typ, typ)
     if base is bool:
         if isinstance(value, bool):
             return value
@@ -379,8 +387,12 @@ def load_config(path=None, overrides=None, data: Optional[dict] = None) -> Confi
         training=_build_section("training", TrainingConfig, raw.get("training"), TRAINING_ALIASES),
         grpo=_build_section("grpo", GRPOConfig, raw.get("grpo"), GRPO_ALIASES),
         task=task,
+        curriculum=_build_section("curriculum", CurriculumConfig, raw.get("curriculum"), {"difficulty_metric": "metric"}),
+        augment=_build_section("augment", AugmentConfig, raw.get("augment"), {}),
+        distill=_build_section("distill", DistillConfig, raw.get("distill"), {}),
     )
     _check_combinations(cfg)
+    check_small_data(cfg)
     return cfg
 
 

@@ -65,9 +65,107 @@ class GRPOTrainer(Trainer):
             torch.set_num_threads(threads)
         self.history = []
         self._tb = None
+        self.curriculum = None
+        self.latent_noise = None
+        self.distill_stats = None
+        self._grad_snapshot = None
         super().__init__(model, task, cfg_dict, device=device)
+        self._small_data_from_config(cfg)
         if resume:
             self.resume()
+
+    # ------------------------------------------------------------------ small-data features (issue 6)
+    def _small_data_from_config(self, cfg):
+        d, a, c = cfg.distill, cfg.augment, cfg.curriculum
+        if d.teacher is not None:
+            from grpo_edge.data.distill import read_prompts
+            prompts = read_prompts(d.prompts_path, self.task) if d.prompts_path else None
+            self.distill_from(d.teacher, prompts=prompts, ratio=d.ratio, candidates=d.candidates,
+                              temperature=d.temperature, min_reward=d.min_reward, min_agreement=d.min_agreement,
+                              labeled=d.labeled)
+        if a.latent_noise > 0:
+            self.enable_latent_noise(a.latent_noise, a.latent_layers)
+        if c.metric is not None:
+            self.enable_curriculum(c.metric, c.stages, c.threshold, c.window, c.new_fraction, c.max_stage_steps,
+                                   c.samples)
+
+    def enable_curriculum(self, difficulty_metric="perplexity", stages=5, threshold=0.6, window=3,
+                          new_fraction=0.5, max_stage_steps=0, samples=4):
+        """Sample GRPO prompts easy to hard (grpo_edge/data/curriculum.py); the stage is logged as
+        curriculum_stage. Items are scored when GRPO starts (after the warm start)."""
+        from dataclasses import asdict
+        from grpo_edge.data.curriculum import Curriculum
+        if not hasattr(self.task, "train_problems") or not hasattr(self.task, "sampler"):
+            raise ConfigError("curriculum needs a text task that exposes its training items (arithmetic, "
+                              "zh-en-numbers); %s does not" % self.task.name)
+        self.curriculum = Curriculum(difficulty_metric, stages, threshold, window, new_fraction, max_stage_steps,
+                                     samples)
+        self.task.sampler = self.curriculum
+        cc = self.config_obj.curriculum
+        cc.metric, cc.stages, cc.threshold, cc.window = difficulty_metric, stages, threshold, window
+        cc.new_fraction, cc.max_stage_steps, cc.samples = new_fraction, max_stage_steps, samples
+        self.cfg["curriculum"] = asdict(cc)
+        return self.curriculum
+
+    def enable_latent_noise(self, std=0.1, layers="all"):
+        """Gaussian noise (std relative to each sample's activation RMS) on hidden layers, training mode only."""
+        from dataclasses import asdict
+        from grpo_edge.core.models.latent import add_latent_noise
+        if self.latent_noise is not None:
+            self.latent_noise.remove()
+        try:
+            self.latent_noise = add_latent_noise(self.policy, float(std), layers)
+        except ValueError as e:
+            raise ConfigError("augment.latent_layers: %s" % e)
+        self.config_obj.augment.latent_noise, self.config_obj.augment.latent_layers = float(std), layers
+        self.cfg["augment"] = asdict(self.config_obj.augment)
+        return self.latent_noise
+
+    def distill_from(self, teacher, prompts=None, ratio=1.0, candidates=4, temperature=1.0, min_reward=1.0,
+                     min_agreement=0.5, labeled=True):
+        """Mix reward-filtered answers of a local teacher (checkpoint path, model or callable) into the
+        task's train problems (warm start and GRPO). Returns the filter's counts (also in summary.json)."""
+        from grpo_edge.data.distill import distill, mix_into
+        pairs, stats = distill(self.task, teacher, prompts=prompts, ratio=ratio, candidates=candidates,
+                               temperature=temperature, min_reward=min_reward, min_agreement=min_agreement,
+                               seed=self.config_obj.training.seed, labeled=labeled)
+        mix_into(self.task, pairs)
+        self.distill_stats = stats
+        return stats
+
+    def train_step(self):
+        if self.curriculum is not None and not self.curriculum.ready:
+            self.curriculum.fit(self.task, self.policy, self.generator)
+        m = super().train_step()
+        if self.curriculum is not None:
+            m.update(self.curriculum.metrics())
+        return m
+
+    def _optimizer_step(self):
+        # The core zeroes gradients after each optimizer step; keep a copy for plot_grad_flow_every.
+        every = self.config_obj.training.plot_grad_flow_every
+        if every and self.save_dir and (self.step + 1) % every == 0:
+            import torch
+            scale = float(self.scaler.get_scale()) if self.scaler is not None else 1.0
+            snap = []
+            for name, p in self.policy.named_parameters():
+                if p.grad is not None:
+                    t = torch.zeros_like(p, requires_grad=True)
+                    t.grad = p.grad.detach() / scale
+                    snap.append((name, t))
+            self._grad_snapshot = snap
+        return super()._optimizer_step()
+
+    def state_dict(self):
+        state = super().state_dict()
+        if self.curriculum is not None and self.curriculum.ready:
+            state["curriculum"] = self.curriculum.state_dict()
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        if self.curriculum is not None and "curriculum" in state:
+            self.curriculum.load_state_dict(state["curriculum"])
 
     # ------------------------------------------------------------------ run folder
     def _path(self, name):
@@ -159,9 +257,10 @@ class GRPOTrainer(Trainer):
                     m["wall_time"] = time.time() - start
                     if self.step % t_cfg.log_every == 0 or done:
                         self._log(m)
-                    if t_cfg.plot_grad_flow_every and self.step % t_cfg.plot_grad_flow_every == 0 and self.save_dir:
+                    if self._grad_snapshot is not None:
                         from grpo_edge.utils import plot_grad_flow
-                        plot_grad_flow(self.policy.named_parameters(), self._path("grad_flow_%d.png" % self.step))
+                        plot_grad_flow(self._grad_snapshot, self._path("grad_flow_%d.png" % self.step))
+                        self._grad_snapshot = None
                     if self.step % t_cfg.save_every == 0 or done:
                         self.save("last.pt")
                     progress.update(self.step, m, self.last_eval.get(metric_name))
@@ -188,6 +287,11 @@ class GRPOTrainer(Trainer):
         }
         if getattr(self, "warm_start_eval", None):
             summary["warm_start"] = self.warm_start_eval
+        if self.curriculum is not None and self.curriculum.ready:
+            summary["curriculum"] = {"metric": self.curriculum.metric, "stage": min(self.curriculum.stage + 1,
+                                     self.curriculum.stages), "mastered_at_steps": self.curriculum.advanced_at}
+        if self.distill_stats is not None:
+            summary["distill"] = self.distill_stats
         if self.save_dir:
             atomic_write_text(self._path("summary.json"), json.dumps(summary, indent=2))
             from grpo_edge.plots import plot_curves

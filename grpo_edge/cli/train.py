@@ -17,6 +17,10 @@ def train(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (CPU runs are reproducible)."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or auto."),
     amp: bool = typer.Option(False, "--amp", help="Mixed precision (fp16 + loss scaling on CUDA, bf16 on CPU)."),
+    curriculum: Optional[str] = typer.Option(None, "--curriculum", help="Curriculum difficulty metric: perplexity, length or pass_rate (curriculum.metric)."),
+    latent_noise: Optional[float] = typer.Option(None, "--latent-noise", help="Training-only noise on hidden layers, relative std (augment.latent_noise)."),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="Local teacher checkpoint for synthetic-data distillation (distill.teacher)."),
+    mono_path: Optional[str] = typer.Option(None, "--mono-path", "--mono_path", help="Target-language text for back-translation (zh-en-numbers: task.augment + task.mono_path)."),
     online: bool = typer.Option(False, "--online", help="Online training on a device (see docs/online.md)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
@@ -32,6 +36,16 @@ def train(
         overrides.append("training.device=%s" % device)
     if amp:
         overrides.append("training.amp=true")
+    if curriculum is not None:
+        overrides.append("curriculum.metric=%s" % curriculum)
+    if latent_noise is not None:
+        overrides.append("augment.latent_noise=%r" % latent_noise)
+    if teacher is not None:
+        overrides.append("distill.teacher=%s" % teacher)
+    if mono_path is not None:
+        if not Path(mono_path).exists():
+            raise ConfigError("--mono-path %s does not exist" % mono_path)
+        overrides += ["task.augment=true", "task.mono_path=%s" % mono_path]
     if online:
         from grpo_edge.online import run_online_cli
         return run_online_cli(config, overrides, save_dir)

@@ -59,6 +59,7 @@ class TextTask(Task):
     input_key = "prompt"
     default_rewards = {"exact_match": 1.0}
     eval_metrics = {}       # name -> fn(completion, reference, prompt), reported by evaluate() besides the rewards
+    sampler = None          # optional: .sample(num_groups, generator) -> train indices, .observe(indices, (N,) scores, G)
 
     def __init__(self, cfg: dict, seed: int = 0):
         cfg = dict(cfg or {})
@@ -89,8 +90,11 @@ class TextTask(Task):
     def rollout(self, policy, num_groups: int, group_size: int, generator: torch.Generator) -> Rollout:
         """Sample num_groups train problems (with replacement), group_size completions each."""
         device = _device_of(policy)
-        idx = torch.randint(len(self.train_problems), (num_groups,), generator=generator,
-                            device=generator.device if generator is not None else "cpu").tolist()
+        if self.sampler is not None:                  # e.g. a curriculum (grpo_edge.data.curriculum)
+            idx = self.sampler.sample(num_groups, generator)
+        else:
+            idx = torch.randint(len(self.train_problems), (num_groups,), generator=generator,
+                                device=generator.device if generator is not None else "cpu").tolist()
         problems = [self.train_problems[i] for i in idx for _ in range(group_size)]   # sample i -> group i // G
         prompts = [p for p, _ in problems]
         refs = [r for _, r in problems]
@@ -101,6 +105,8 @@ class TextTask(Task):
         completions = [self.tokenizer.decode(row) for row in tokens.tolist()]
         has_eos = ((tokens == EOS) & (mask > 0)).any(dim=1)                            # (N,)
         rewards, parts = self.rewards.score(completions, refs, prompts)                # (N,), {name: (N,)}
+        if self.sampler is not None:
+            self.sampler.observe(idx, parts.get(self.metric_name, rewards), group_size)
         return Rollout(
             actions=tokens, mask=mask.float(), old_logp=logp, rewards=rewards.to(device),
             group_size=group_size, inputs={self.input_key: x},
