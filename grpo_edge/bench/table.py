@@ -74,7 +74,6 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
             with torch.no_grad():
                 x = torch.as_tensor(example)
                 r["host_latency_s"] = median_latency(lambda a: model(a), x, opts["runs"], opts["warmup"])
-    run_row("torch", torch_row)
 
     def onnx_row(fmt, reference):
         def build(r):
@@ -101,8 +100,14 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
                 r["host_latency_s"] = median_latency(lambda a: sess.run(None, {name: a}), example,
                                                      opts["runs"], opts["warmup"])
         return build
-    run_row("onnx fp32", onnx_row("onnx fp32", False))
-    run_row("onnx int8", onnx_row("onnx int8", True))
+    calls = None
+    if state["arch"] in ("micro-gpt", "tiny-transformer") and task is not None:
+        from grpo_edge.bench.text import text_rows     # generation loop rows: metric + latency per completion
+        calls = text_rows(rows, checkpoint, model, state, task, out, opts, run_row)
+    else:
+        run_row("torch", torch_row)
+        run_row("onnx fp32", onnx_row("onnx fp32", False))
+        run_row("onnx int8", onnx_row("onnx int8", True))
 
     def tflite_row(fmt, src):
         def build(r):
@@ -117,21 +122,27 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
             run = _Runner(paths[fmt])
             r["host_latency_s"] = median_latency(run, example, opts["runs"], opts["warmup"])
         return build
-    run_row("tflite fp32", tflite_row("tflite fp32", "onnx fp32"))
-    run_row("tflite int8", tflite_row("tflite int8", "onnx int8"))
+    if calls is None:
+        run_row("tflite fp32", tflite_row("tflite fp32", "onnx fp32"))
+        run_row("tflite int8", tflite_row("tflite int8", "onnx int8"))
 
     macs = count_macs(load_onnx(paths["onnx fp32"])) if paths["onnx fp32"].exists() else 0
+    if calls:                         # text: per completion = sum over its model calls
+        macs = int(sum(calls))
     result = [rows[f] for f in FORMATS] + [dict(r) for r in extra_rows]
     for r in result:
         dtype = "int8" if "int8" in r["format"] else "fp32"
         for p in profiles:
             lat = en = None
             if macs and r["format"] != "torch" and r["status"] == "ok":
-                e = estimate_latency(p, macs, dtype)
-                lat, en = e["value"], estimate_energy(p, e["value"])["value"]
+                lat = sum(estimate_latency(p, c, dtype)["value"] for c in (calls or [macs]))
+                en = estimate_energy(p, lat)["value"]
             r["%s_latency_s" % p["name"]] = lat
             r["%s_energy_j" % p["name"]] = en
     legend = _legend(task, profiles, macs, opts, checkpoint)
+    if calls:
+        from grpo_edge.bench.text import text_legend
+        legend = text_legend(legend, opts, len(calls))
     if task is None:
         legend["metric"] = "no task metric: %s" % task_err
     doc = {"checkpoint": str(checkpoint), "arch": state["arch"], "task": state.get("task"), "macs": macs,

@@ -94,16 +94,21 @@ def task2calibration(task_name: str, out_path, n: int = DEFAULT_N, seed: int = 0
 def checkpoint2calibration(checkpoint, out_path, n: int = DEFAULT_N, seed: int = 0, use_policy: bool = True) -> dict:
     """A calibration set for a checkpoint's model: its task's calibration_inputs(n), driven by the policy.
 
-    Arrays are named after the model's export inputs, so onnx2int8 matches them by name. Multi-input
-    runtime functions (a decoder step with a KV cache) need their inputs recorded from decoding and are
-    not made here: an ExportError says so.
+    Arrays are named after the model's export inputs, so onnx2int8 matches them by name. Text models
+    (micro-gpt, tiny-transformer) get feed sets recorded from greedy decoding instead, one .npz per
+    runtime function (grpo_edge.export.decode_calibration: out_path, or out_path's stem + .encoder.npz /
+    .decoder_step.npz). Other multi-input runtime functions raise an ExportError.
     """
     from grpo_edge.core.checkpoint import load_policy
     model, state = load_policy(checkpoint)
     spec = model.export_spec(batch_size=1)
+    if state["arch"] in ("micro-gpt", "tiny-transformer"):
+        from grpo_edge.export.decode_calibration import checkpoint2decode_calibration
+        info = checkpoint2decode_calibration(checkpoint, out_path, n=n, seed=seed)
+        return dict(info, shapes={k: v["shapes"] for k, v in info["files"].items()})
     if isinstance(spec, dict) or len(spec.input_names) != 1:
-        raise ExportError("%s: %s has a multi-input runtime function; make its calibration set from decoding "
-                          "(not supported yet) or pass an .npz with one array per input" % (checkpoint, state["arch"]))
+        raise ExportError("%s: %s has a multi-input runtime function; pass an .npz with one array per input"
+                          % (checkpoint, state["arch"]))
     task = task_from_state(state, seed=seed)
     x = task_inputs(task, n, policy=model if use_policy else None)
     want = spec.example_inputs[0]

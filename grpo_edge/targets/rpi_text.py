@@ -146,24 +146,16 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
 def _estimates(rep, prof, cfg, fp32_files, bench):
     """Device latency / energy per completion: the sum over the completion's model calls of the profile's
     per-call estimate (call_overhead_s + MACs / MAC rate), MACs counted at each call's real shapes."""
-    from grpo_edge.export.onnx_utils import count_macs, load_onnx
+    from grpo_edge.bench.text import completion_macs
     from grpo_edge.targets.profiles import estimate_energy, estimate_latency
-    new = max(1, int(bench["new_tokens"]))
-    if cfg["arch"] == "micro-gpt":
-        m = load_onnx(fp32_files["model"])
-        calls = [count_macs(m, 1, {"past_len": t}) for t in range(cfg["input_len"] + new - 1)]
-    else:
-        s = cfg["input_len"]
-        enc, dec = load_onnx(fp32_files["encoder"]), load_onnx(fp32_files["decoder_step"])
-        calls = [count_macs(enc, 1, {"src_len": s})] + [count_macs(dec, 1, {"src_len": s, "tgt_len": t})
-                                                         for t in range(1, new + 1)]
+    calls = completion_macs(cfg, fp32_files, bench["new_tokens"])
     rep.add("macs_per_completion", int(sum(calls)), "MAC", "exact",
             "count_macs at each call's shapes: %d model calls for the bench prompt (%d new tokens)"
-            % (len(calls), new))
+            % (len(calls), bench["new_tokens"]))
     for tag in ("fp32", "int8"):
-        per_call = [estimate_latency(prof, c, tag) for c in calls]
-        value = float(sum(e["value"] for e in per_call))
-        how = "sum over %d model calls of [%s] (each call's MACs)" % (len(calls), per_call[-1]["source"])
+        value = float(sum(estimate_latency(prof, c, tag)["value"] for c in calls))
+        how = estimate_latency(prof, int(sum(calls)), tag)["source"].replace(
+            "call_overhead_s", "%d model calls x call_overhead_s" % len(calls))
         rep.add("device_latency_%s_s" % tag, value, "s", "estimated", "per completion: " + how)
         en = estimate_energy(prof, value, "device_latency_%s_s" % tag)
         rep.add("device_energy_%s_j" % tag, en["value"], "J", "estimated", "per completion: " + en["source"])
