@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Optional
 
 from grpo_edge.config import Config, load_config
+from grpo_edge.core import distributed
 from grpo_edge.core.checkpoint import load_checkpoint, save_checkpoint
-from grpo_edge.core.trainer import Trainer
+from grpo_edge.core.trainer import Trainer, resolve_device
 from grpo_edge.errors import CheckpointError, ConfigError
 from grpo_edge.report import atomic_write_text
 
@@ -50,15 +51,17 @@ class GRPOTrainer(Trainer):
         cfg_dict = cfg.to_dict()
         seed = cfg.training.seed
         torch.manual_seed(seed)
+        # Under torchrun, rank r samples from its own task streams (grpo_edge/core/distributed.py).
+        self.rank = distributed.init_from_env(resolve_device(device or cfg.training.device).type == "cuda")[0]
         if task is None or isinstance(task, str):
-            task = get_task(task or cfg.task["name"], cfg.task, seed=seed)
+            task = get_task(task or cfg.task["name"], cfg.task, seed=distributed.shard_seed(seed, self.rank))
         if model is None:
             kwargs = {k: v for k, v in cfg.model.items() if k != "arch"}
             kwargs.update(task.model_kwargs())
             model = build_model(cfg.model["arch"], **kwargs)
         self.config_obj = cfg
         self.save_dir = Path(save_dir) if save_dir else None
-        self.show_progress = progress
+        self.show_progress = progress and self.rank == 0
         self.num_parameters = count_parameters(model)
         threads = cfg.training.threads or (1 if self.num_parameters < 1_000_000 else 0)
         if threads and cfg.training.device != "cuda":
@@ -173,7 +176,9 @@ class GRPOTrainer(Trainer):
 
     def save(self, name="last.pt"):
         if self.save_dir:
-            save_checkpoint(self._path(name), self.state_dict())
+            state = self.state_dict()          # a collective under torchrun: every rank calls it
+            if self.rank == 0:                 # one writer
+                save_checkpoint(self._path(name), state)
 
     def resume(self):
         """Continue from save_dir/last.pt exactly (model, optimizer, scheduler, RNG, step)."""
@@ -192,12 +197,13 @@ class GRPOTrainer(Trainer):
         if mpath.exists():
             kept = [ln for ln in mpath.read_text().splitlines()
                     if ln.strip() and json.loads(ln).get("step", 0) <= self.step]
-            atomic_write_text(mpath, "".join(ln + "\n" for ln in kept))
+            if self.rank == 0:
+                atomic_write_text(mpath, "".join(ln + "\n" for ln in kept))
             self.history = [json.loads(ln) for ln in kept]
 
     def _log(self, metrics):
         self.history.append(metrics)
-        if not self.save_dir:
+        if not self.save_dir or self.rank != 0:
             return
         with open(self._path("metrics.jsonl"), "a") as f:
             f.write(json.dumps(metrics) + "\n")
@@ -217,7 +223,7 @@ class GRPOTrainer(Trainer):
         from grpo_edge.progress import TrainProgress
 
         t_cfg = self.config_obj.training
-        if self.save_dir:
+        if self.save_dir and self.rank == 0:
             self.save_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self._path("config.yaml"), yaml.safe_dump(self.cfg, sort_keys=False))
             if t_cfg.tensorboard:
@@ -259,7 +265,8 @@ class GRPOTrainer(Trainer):
                         self._log(m)
                     if self._grad_snapshot is not None:
                         from grpo_edge.utils import plot_grad_flow
-                        plot_grad_flow(self._grad_snapshot, self._path("grad_flow_%d.png" % self.step))
+                        if self.rank == 0:
+                            plot_grad_flow(self._grad_snapshot, self._path("grad_flow_%d.png" % self.step))
                         self._grad_snapshot = None
                     if self.step % t_cfg.save_every == 0 or done:
                         self.save("last.pt")
@@ -292,7 +299,7 @@ class GRPOTrainer(Trainer):
                                      self.curriculum.stages), "mastered_at_steps": self.curriculum.advanced_at}
         if self.distill_stats is not None:
             summary["distill"] = self.distill_stats
-        if self.save_dir:
+        if self.save_dir and self.rank == 0:
             atomic_write_text(self._path("summary.json"), json.dumps(summary, indent=2))
             from grpo_edge.plots import plot_curves
             plot_curves(self.history, self._path("curves.png"), title="%s / %s" % (self.task.name, self.policy.arch),

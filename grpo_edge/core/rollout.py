@@ -79,6 +79,35 @@ class Rollout(object):
         return self
 
 
+def _pad_dim1(x, length):
+    """Zero-pad dim 1 of x (N, T, ...) to `length` (mask 0, PAD id 0 and logp 0 mark padding)."""
+    if x.dim() < 2 or x.shape[1] == length:
+        return x
+    pad = x.new_zeros((x.shape[0], length - x.shape[1]) + tuple(x.shape[2:]))
+    return torch.cat([x, pad], 1)
+
+
+def concat_rollouts(rollouts):
+    """One Rollout of several shards' samples, in order (groups stay whole); each (N, T, ...) tensor is
+    zero-padded along T to the longest shard's. extras come from the first shard."""
+    first = rollouts[0]
+    if any(r.group_size != first.group_size for r in rollouts):
+        raise ValueError("rollouts to concatenate must have the same group size")
+
+    def cat(get):
+        xs = [get(r) for r in rollouts]
+        t = max(x.shape[1] for x in xs) if xs[0].dim() > 1 else None
+        return torch.cat([_pad_dim1(x, t) for x in xs], 0)
+    return Rollout(
+        actions=cat(lambda r: r.actions), mask=cat(lambda r: r.mask), old_logp=cat(lambda r: r.old_logp),
+        rewards=cat(lambda r: r.rewards), group_size=first.group_size,
+        inputs=dict((k, cat(lambda r, k=k: r.inputs[k])) for k in first.inputs),
+        reward_parts=dict((k, cat(lambda r, k=k: r.reward_parts[k])) for k in first.reward_parts),
+        step_rewards=cat(lambda r: r.step_rewards) if first.step_rewards is not None else None,
+        truncated=cat(lambda r: r.truncated), num_env_steps=sum(r.num_env_steps for r in rollouts),
+        extras=first.extras)
+
+
 def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="cpu", greedy=False,
                      obs_transform=None):
     """Run len(envs) episodes in lockstep; episodes of one group start from the same seeded reset.
@@ -96,28 +125,28 @@ def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="c
     truncated = np.zeros(n, dtype=bool)
     obs_buf, act_buf, logp_buf, rew_buf, mask_buf = [], [], [], [], []
     env_steps = 0
-    with torch.no_grad():
+    # inference_mode: no autograd bookkeeping; the per-step tensors stay on the policy's device and are
+    # gathered once after the loop, so each step costs one device -> host copy (the actions).
+    with torch.inference_mode():
         for _ in range(max_steps):
             if not alive.any():
                 break
             o = torch.as_tensor(obs, dtype=torch.float32, device=device)
             if obs_transform is not None:
                 o = obs_transform(o)
-            logits = policy(o)
-            logp_all = torch.log_softmax(logits, dim=-1)
+            logp_all = torch.log_softmax(policy(o), dim=-1)                # (N, A)
             if greedy:
-                a = logits.argmax(-1)
+                a = logp_all.argmax(-1)
             else:
                 a = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
-            lp = logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
-            a_np = a.cpu().numpy()
+            actions = a.tolist()
             rew = np.zeros(n, dtype=np.float32)
             obs_buf.append(obs.copy())
-            act_buf.append(a_np)
-            logp_buf.append(lp.cpu().numpy())
+            act_buf.append(a)
+            logp_buf.append(logp_all)
             mask_buf.append(alive.astype(np.float32))
-            for i in np.nonzero(alive)[0]:
-                o2, r, term, trunc, _ = envs[i].step(int(a_np[i]))
+            for i in np.flatnonzero(alive):
+                o2, r, term, trunc, _ = envs[i].step(actions[i])
                 env_steps += 1
                 rew[i] = r
                 obs[i] = o2
@@ -125,13 +154,16 @@ def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="c
                     alive[i] = False
                     truncated[i] = bool(trunc) and not bool(term)
             rew_buf.append(rew)
+        actions = torch.stack(act_buf, 1)                                   # (N, T)
+        old_logp = torch.stack(logp_buf, 1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)   # (N, T)
+        actions, old_logp = actions.cpu().clone(), old_logp.cpu().clone()   # plain tensors, usable with autograd
     truncated |= alive  # still running at max_steps: cut by our limit
     mask = torch.as_tensor(np.stack(mask_buf, 1))                       # (N, T)
     step_rewards = torch.as_tensor(np.stack(rew_buf, 1)) * mask         # (N, T)
     return Rollout(
-        actions=torch.as_tensor(np.stack(act_buf, 1), dtype=torch.long),
+        actions=actions,
         mask=mask,
-        old_logp=torch.as_tensor(np.stack(logp_buf, 1)),
+        old_logp=old_logp,
         rewards=step_rewards.sum(1),
         group_size=group_size,
         inputs={"obs": torch.as_tensor(np.stack(obs_buf, 1))},          # (N, T, obs_dim)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from grpo_edge.core import advantages as adv_lib
+from grpo_edge.core import distributed
 from grpo_edge.core import losses
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
 
@@ -70,11 +71,13 @@ class MLPCritic(torch.nn.Module):
         return self.net(x)
 
 
-class Trainer(object):
+class Trainer(distributed.ShardedTrainerMixin):
     """GRPO (or PPO, for comparison) on one task.
 
     model: a policy from grpo_edge.core.models; task: a grpo_edge.tasks Task;
     config: the resolved config as a nested dict with sections model / training / grpo / task.
+    Under torchrun (WORLD_SIZE > 1) it trains data-parallel, see grpo_edge/core/distributed.py; rank r's
+    task should then be built with seed distributed.shard_seed(seed, r), as GRPOTrainer does.
     """
 
     def __init__(self, model, task, config, device=None):
@@ -83,6 +86,10 @@ class Trainer(object):
         self.g = config["grpo"]
         self.task = task
         self.device = resolve_device(device or self.t.get("device", "auto"))
+        self.rank, self.world_size = distributed.init_from_env(self.device.type == "cuda")
+        self.device = distributed.local_device(self.device)
+        self._check_sharding(self.world_size)
+        self.rollout_shards = []      # extra in-process shards (add_rollout_shards)
         self.policy = model.to(self.device)
         self.step = 0
         self.best_metric = None
@@ -120,6 +127,13 @@ class Trainer(object):
         self.scaler = None
         if self.amp and self.device.type == "cuda":
             self.scaler = torch.cuda.amp.GradScaler()
+        if self.world_size > 1:
+            # Same parameters everywhere; rank r > 0 samples from its own streams (rank 0 keeps the seed).
+            distributed.broadcast_parameters(self.policy)
+            if self.critic is not None:
+                distributed.broadcast_parameters(self.critic)
+            if self.rank > 0:
+                self._seed_streams(distributed.shard_seed(self.t.get("seed", 0), self.rank))
 
     # ------------------------------------------------------------------ set-up helpers
     def _adam(self, params, lr):
@@ -143,6 +157,7 @@ class Trainer(object):
         return int(self.t["batch_size"]) * int(self.g["group_size"])
 
     def _minibatch(self):
+        """Samples per minibatch over all ranks (each rank takes its 1 / world_size of it)."""
         mb = int(self.t.get("minibatch_size", 0))
         return mb if mb > 0 else self._samples_per_update()
 
@@ -198,7 +213,7 @@ class Trainer(object):
         t0 = time.time()
         G = int(self.g["group_size"])
         self.policy.eval()       # sample without dropout: old_logp then matches the deterministic policy
-        ro = self.task.rollout(self.policy, int(self.t["batch_size"]), G, self.generator)
+        ro = self._rollout(G)
         ro.to(self.device)
         t_rollout = time.time() - t0
         metrics = {"reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std())}
@@ -220,23 +235,25 @@ class Trainer(object):
 
         stats = self._update(ro, keep) if len(keep) > 0 else {"skipped": 1.0}
         metrics.update(stats)
-        self.step += 1
-        self.env_steps += ro.num_env_steps
-        self.samples += len(ro)
         dt = time.time() - t0
         metrics.update({
-            "step": self.step, "env_steps": self.env_steps, "samples": self.samples,
             "step_time": dt, "rollout_time": t_rollout, "steps_per_s": 1.0 / max(dt, 1e-9),
             "samples_per_s": len(ro) / max(dt, 1e-9), "lr": self.scheduler.get_last_lr()[0],
             "peak_memory_mb": peak_memory_mb(self.device),
             "completion_len": float(ro.mask.sum(1).mean()),
+            "num_env_steps": ro.num_env_steps, "num_samples": len(ro),
         })
+        metrics = distributed.reduce_metrics(metrics)      # all ranks' view; unchanged in one process
+        self.step += 1
+        self.env_steps += int(metrics.pop("num_env_steps"))
+        self.samples += int(metrics.pop("num_samples"))
+        metrics.update({"step": self.step, "env_steps": self.env_steps, "samples": self.samples})
         return metrics
 
     def _update(self, ro, keep):
         g, t = self.g, self.t
         self.policy.train()
-        mb_size = min(self._minibatch(), len(keep))
+        mb_size = min(self._minibatch() // self.world_size, len(keep))
         accum = int(t.get("grad_accum_steps", 1))
         lam = float(g.get("grad_penalty_lambda", 0.0))
         num_tokens_total = float(ro.mask_loss[keep].sum())
@@ -245,7 +262,7 @@ class Trainer(object):
         n_mb = 0
         self.optimizer.zero_grad()
         for _ in range(int(g.get("num_iterations", 1))):
-            order = keep[torch.randperm(len(keep), generator=self.generator).to(keep.device)]
+            order = self._epoch_order(keep, mb_size)
             for start in range(0, len(order), mb_size):
                 idx = order[start:start + mb_size]
                 mb = ro.select(idx)
@@ -294,6 +311,7 @@ class Trainer(object):
     def _optimizer_step(self):
         clip = float(self.t.get("grad_norm_clip", 1.0))
         params = [p for grp in self.optimizer.param_groups for p in grp["params"] if p.grad is not None]
+        distributed.average_gradients(params)      # no-op in one process
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
@@ -341,7 +359,13 @@ class Trainer(object):
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, n=0):
         n = n or int(self.t.get("eval_n", 0))
-        res = self.task.evaluate(self.policy, "test", n)
+        if self.world_size > 1:
+            # Rank 0 evaluates, the others take its result: every rank then makes the same best / early
+            # stopping decisions (a collective: call it on all ranks).
+            res = self.task.evaluate(self.policy, "test", n) if self.rank == 0 else None
+            res = distributed.broadcast_object(res)
+        else:
+            res = self.task.evaluate(self.policy, "test", n)
         self.last_eval = res
         return res
 
@@ -354,7 +378,9 @@ class Trainer(object):
 
     # ------------------------------------------------------------------ checkpoint state
     def state_dict(self):
-        """Everything needed to rebuild the policy alone (deploy) or to resume exactly (training)."""
+        """Everything needed to rebuild the policy alone (deploy) or to resume exactly (training).
+
+        Under torchrun it gathers every rank's RNG streams (shard_states), so call it on all ranks."""
         state = {
             "arch": self.policy.arch, "model_config": self.policy.config(), "task": self.task.name,
             "task_meta": self.task.checkpoint_meta(), "config": self.cfg,
@@ -371,6 +397,9 @@ class Trainer(object):
             state["ref_model"] = self.ref_policy.state_dict()
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
+        shards = self._shard_states()
+        if shards is not None:
+            state["shard_states"] = shards
         return state
 
     def load_state_dict(self, state):
@@ -391,6 +420,8 @@ class Trainer(object):
             self.ref_policy.load_state_dict(state["ref_model"])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
+        if state.get("shard_states"):
+            self._load_shard_states(state["shard_states"])
 
 
 class _NullContext(object):
