@@ -156,7 +156,8 @@ def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="c
             rew_buf.append(rew)
         actions = torch.stack(act_buf, 1)                                   # (N, T)
         old_logp = torch.stack(logp_buf, 1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)   # (N, T)
-        actions, old_logp = actions.cpu().clone(), old_logp.cpu().clone()   # plain tensors, usable with autograd
+    # clone OUTSIDE inference mode: plain tensors that autograd (task.logprobs) can use
+    actions, old_logp = actions.cpu().clone(), old_logp.cpu().clone()
     truncated |= alive  # still running at max_steps: cut by our limit
     mask = torch.as_tensor(np.stack(mask_buf, 1))                       # (N, T)
     step_rewards = torch.as_tensor(np.stack(rew_buf, 1)) * mask         # (N, T)
