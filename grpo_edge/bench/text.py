@@ -51,9 +51,14 @@ def text_rows(rows, checkpoint, model, state, task, out, opts, run_row) -> list:
         r.update(file=str(checkpoint), size_bytes=len(buf.getvalue()),
                  metric=text_metric(task, task.greedy_completions(model, prompts), problems))
         x = task.encode_inputs(prompts[:1])
-        with torch.no_grad():
-            r["host_latency_s"] = median_latency(lambda a: model.generate(a, cfg["max_new_tokens"], greedy=True),
-                                                 x, runs, warmup)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)          # the legend's "1 thread", as the ONNX rows
+        try:
+            with torch.no_grad():
+                r["host_latency_s"] = median_latency(
+                    lambda a: model.generate(a, cfg["max_new_tokens"], greedy=True), x, runs, warmup)
+        finally:
+            torch.set_num_threads(threads)
 
     def onnx_row(fmt):
         def build(r):

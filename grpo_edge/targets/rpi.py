@@ -69,7 +69,10 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         rep.add("export_max_abs_diff", info["max_abs_diff"], "", "measured-host",
                 "torch2onnx parity check on random inputs, batch 1 and 3")
     else:
-        load_onnx(source)
+        names = {i["name"] for i in io_specs(load_onnx(source), "input")}
+        if names & {"past_keys", "tgt_prefix", "memory"}:
+            raise TargetError("%s is a text model's decode step: deploy it from its checkpoint (the runner needs "
+                              "the tokenizer and the decoding loop)" % source)
         shutil.copyfile(str(source), str(fp32_path))
     m32 = load_onnx(fp32_path)
     inputs = io_specs(m32, "input")
