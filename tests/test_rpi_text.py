@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from text_fixtures import cached_text_checkpoint
-from grpo_edge.errors import ExportError
+from grpo_edge.errors import ExportError, TargetError
 from grpo_edge.targets.rpi import deploy
 
 FAST = {"calibration_samples": 128, "text_runs": 5, "text_warmup": 1, "min_agreement": 1.0}
@@ -68,11 +68,13 @@ def test_text_runner_without_torch_matches_torch(deployed):
     assert b["model_calls_per_completion"] >= b["new_tokens"] >= 1
 
 
-def test_text_runner_bad_prompt(deployed):
-    _, out, _ = deployed
+def test_text_bad_inputs(deployed, tmp_path):
+    kind, out, _ = deployed
     r = subprocess.run([sys.executable, "runner.py", "--text", "@@@"], cwd=str(out), capture_output=True,
                        text=True, timeout=60)
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("runner: characters not in")
+    with pytest.raises(TargetError, match="from its checkpoint"):        # no tokenizer / loop in a bare step
+        deploy(out / FILES[kind][len(FILES[kind]) // 2 - 1], "rpi4", tmp_path / "x", dict(FAST, task=kind))
 
 
 def test_calibration_from_decoding_quantizes_and_runs(tmp_path):
