@@ -120,6 +120,13 @@ class TextTask(Task):
         return policy.sequence_logprobs(rollout.inputs[self.input_key], rollout.actions,
                                         temperature=self.temperature)
 
+    def values(self, critic, rollout: Rollout) -> torch.Tensor:
+        """PPO mode: the critic's value (N, Tn) before each completion token (a micro-gpt with out_dim=1,
+        teacher-forced like logprobs; position i sees the prompt and tokens < i)."""
+        prompt, tokens = rollout.inputs[self.input_key], rollout.actions
+        idx = torch.cat([prompt, tokens[:, :-1]], dim=1)                               # (N, Tp + Tn - 1)
+        return critic(idx)[:, prompt.shape[1] - 1:, 0]                                 # (N, Tn)
+
     def encode_targets(self, texts: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
         """References -> (ids (B, T) long: text + EOS then PAD, mask (B, T) float: 1 up to and with EOS)."""
         seqs = [self.tokenizer.encode(t, eos=True) for t in texts]

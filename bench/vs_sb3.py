@@ -1,0 +1,143 @@
+"""Time to solve CartPole-v1: our GRPO recipe vs Stable-Baselines3 PPO (rl-zoo settings) (issue 7, benchmark 3).
+
+    .venv/bin/python bench/vs_sb3.py                               # 3 seeds each, ~3-6 min on 2 shared cores
+    .venv/bin/python bench/vs_sb3.py --seeds 0 1 2 3 4 --eval-every-s 0.5 --out /tmp/sb3.json
+
+Ours: configs/cartpole.yaml (critic-free GRPO, 4 start states x G 8 episodes per update, reward-to-go
+advantages). SB3: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256, 20 epochs,
+gamma 0.98, GAE 0.8, linear lr 1e-3 and clip 0.2 schedules over 1e5 steps, no entropy bonus).
+Same evaluation protocol for both: the SAME 100 held-out start states of our CartPole task (seeded resets),
+greedy / deterministic actions; a 10-episode screen first, the 100-episode evaluation only if the screen
+reaches 475. Evaluations run after the first update that ends --eval-every-s seconds of training time
+after the previous one (equal time resolution for both); evaluation time is excluded from the wall time.
+Both run 1 torch thread. Reports wall time and env steps until the 100-episode mean return >= 475.
+Writes bench/results/vs_sb3.json (or --out).
+"""
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, interleave, machine, markdown_table, med, ratio, worker_main, write_json  # noqa: E402
+
+TARGET = 475.0
+
+
+class Judge(object):
+    """Same evaluation for both: our CartPole task's held-out seeds, greedy, screen 10 then 100 episodes."""
+
+    def __init__(self, seed, every_s):
+        from grpo_edge.tasks import get_task
+        self.task = get_task("cartpole", {"eval_episodes": 100}, seed=0)    # fixed held-out seeds for everyone
+        self.every_s, self.next_at, self.evals = every_s, every_s, []
+
+    def due(self, train_s):
+        return train_s >= self.next_at
+
+    def solved(self, policy, train_s, env_steps):
+        self.next_at = train_s + self.every_s
+        screen = self.task.evaluate(policy, "test", 10)["return"]
+        full = self.task.evaluate(policy, "test", 100)["return"] if screen >= TARGET else None
+        self.evals.append((round(train_s, 3), env_steps, screen, full))
+        return full is not None and full >= TARGET
+
+
+def ours_worker(s):
+    from grpo_edge.trainer import GRPOTrainer
+    tr = GRPOTrainer(config="configs/cartpole.yaml", progress=False,
+                     overrides=["training.seed=%d" % s["seed"], "training.threads=1", "training.eval_every=0"])
+    judge, train_s = Judge(s["seed"], s["every_s"]), 0.0
+    for _ in range(s["max_updates"]):
+        t0 = time.perf_counter()
+        tr.train_step()
+        train_s += time.perf_counter() - t0
+        if judge.due(train_s) and judge.solved(tr.policy, train_s, tr.env_steps):
+            return {"solved": True, "wall_s": train_s, "env_steps": tr.env_steps, "evals": judge.evals}
+    return {"solved": False, "wall_s": train_s, "env_steps": tr.env_steps, "evals": judge.evals}
+
+
+def sb3_worker(s):
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    torch.set_num_threads(1)
+
+    class Greedy(torch.nn.Module):               # obs (B, 4) -> logits (B, 2) of SB3's policy
+        def __init__(self, policy):
+            super(Greedy, self).__init__()
+            self.policy = policy
+
+        def forward(self, obs):
+            return self.policy.get_distribution(obs).distribution.logits
+
+    class Stop(BaseCallback):
+        def __init__(self, judge):
+            super(Stop, self).__init__()
+            self.judge, self.train_s, self.t0, self.done = judge, 0.0, None, False
+
+        def _on_training_start(self):
+            self.t0 = time.perf_counter()
+
+        def _on_rollout_start(self):             # an update just ended: evaluate outside the clock
+            self.train_s += time.perf_counter() - self.t0
+            if self.judge.due(self.train_s):
+                self.model.policy.set_training_mode(False)
+                self.done = self.judge.solved(Greedy(self.model.policy), self.train_s, self.num_timesteps)
+            self.t0 = time.perf_counter()
+
+        def _on_step(self):
+            return not self.done
+
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=s["seed"])
+    total = 100000
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
+                learning_rate=lambda f: f * 1e-3, clip_range=lambda f: f * 0.2, seed=s["seed"], device="cpu", verbose=0)
+    cb = Stop(Judge(s["seed"], s["every_s"]))
+    model.learn(total_timesteps=total, callback=cb)
+    return {"solved": cb.done, "wall_s": cb.train_s, "env_steps": int(model.num_timesteps), "evals": cb.judge.evals}
+
+
+def worker(spec):
+    return ours_worker(spec) if spec["framework"] == "grpo-edge" else sb3_worker(spec)
+
+
+def main():
+    worker_main(worker)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--eval-every-s", type=float, default=1.0, help="training seconds between evaluations")
+    ap.add_argument("--max-updates", type=int, default=150, help="cap on our GRPO updates")
+    ap.add_argument("--out", default=str(RESULTS / "vs_sb3.json"))
+    a = ap.parse_args()
+    import stable_baselines3
+    specs = {}
+    for seed in a.seeds:
+        for fw in ("grpo-edge", "sb3"):
+            specs["%s seed=%d" % (fw, seed)] = {"framework": fw, "seed": seed, "every_s": a.eval_every_s,
+                                                "max_updates": a.max_updates}
+    res = interleave(Path(__file__).resolve(), specs, 1, timeout=3600)
+    rows, summary = [], {}
+    for fw in ("grpo-edge", "sb3"):
+        runs = [res["%s seed=%d" % (fw, s)][0] for s in a.seeds]
+        for s, r in zip(a.seeds, runs):
+            rows.append([fw, s, "yes" if r["solved"] else "no", r["wall_s"], r["env_steps"]])
+        summary[fw] = {"median_wall_s": med(runs, "wall_s"), "median_env_steps": med(runs, "env_steps"),
+                       "solved": sum(r["solved"] for r in runs), "seeds": len(runs)}
+    rows.append(["median grpo-edge", "", "%d/%d" % (summary["grpo-edge"]["solved"], len(a.seeds)),
+                 summary["grpo-edge"]["median_wall_s"], summary["grpo-edge"]["median_env_steps"]])
+    rows.append(["median SB3 PPO %s" % stable_baselines3.__version__, "", "%d/%d" % (summary["sb3"]["solved"], len(a.seeds)),
+                 summary["sb3"]["median_wall_s"], summary["sb3"]["median_env_steps"]])
+    ratios = {"wall_s": ratio(summary["grpo-edge"]["median_wall_s"], summary["sb3"]["median_wall_s"]),
+              "env_steps": ratio(summary["grpo-edge"]["median_env_steps"], summary["sb3"]["median_env_steps"])}
+    rows.append(["ratio grpo-edge / SB3 (goal wall < 1)", "", "", ratios["wall_s"], ratios["env_steps"]])
+    table = markdown_table(["run", "seed", "solved", "train wall s (eval excluded)", "env steps"], rows)
+    print("\n" + table)
+    write_json(a.out, {"machine": machine(), "args": vars(a), "sb3": stable_baselines3.__version__,
+                       "summary": summary, "ratios": ratios, "table": table, "runs": res})
+
+
+if __name__ == "__main__":
+    main()
