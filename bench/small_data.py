@@ -66,7 +66,7 @@ def _run_key(r):
 
 def save_part(name, data):
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(RESULTS) + ".lock", "w") as lock:
+    with open(os.path.join(tempfile.gettempdir(), "grpo_edge_small_data.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         allres = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         if MERGE and "runs" in data and name in allres:

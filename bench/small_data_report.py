@@ -64,6 +64,7 @@ def curriculum_md(res, summary):
             summary.append(("Curriculum (%s)" % arm, "arithmetic", "GRPO steps to %.2f exact match" % target,
                             "%.0f" % o, "%.0f" % n, "%+.0f%% speed" % (100 * (o / n - 1)), "+22% convergence speed",
                             _verdict(cen(off), cen(hits), higher_is_better=False)))
+    lines += ["", "In the summary table a run that never reached the target counts as %d steps." % (steps + 10)]
     mastered = ["%s seed %d: %s" % (r["arm"], r["seed"], r["mastered_at"]) for r in runs if r.get("mastered_at")]
     lines += ["", "Steps at which each stage was mastered: " + "; ".join(mastered) + "." if mastered else ""]
     return lines
@@ -156,7 +157,60 @@ def memory_md(res, summary, extra=None):
     return lines
 
 
-def write_report(results, setup, doc, start, end, machine, notes=()):
+def _verdicts(summary, prefix):
+    return sorted(set(row[-1] for row in summary if row[0].startswith(prefix)))
+
+
+def notes(results, summary):
+    """The 'what this means / defaults' bullets, worded from the measured verdicts."""
+    out = ["What this means, and the defaults:", ""]
+    if "curriculum" in results:
+        runs = results["curriculum"]["runs"]
+        zs = dict((arm, statistics.mean(r["frac_zero_std"] for r in _by(runs, "arm", arm)))
+                  for arm in dict.fromkeys(r["arm"] for r in runs) if all("frac_zero_std" in r for r in runs))
+        why = ""
+        if zs and all(v >= zs["off"] for k, v in zs.items() if k != "off"):
+            why = (" GRPO learns only from groups whose samples disagree; easy-first sampling raises the share of "
+                   "groups without signal (%s), so each batch teaches less." %
+                   ", ".join("%s %.0f%%" % (k, 100 * v) for k, v in zs.items()))
+        out.append("- Curriculum: %s here (verdicts: %s). Off by default (`curriculum.metric: null`).%s"
+                   % ("no speed-up" if "helps" not in _verdicts(summary, "Curriculum") else "mixed",
+                      ", ".join(_verdicts(summary, "Curriculum")), why))
+    if "latent" in results:
+        v = _verdicts(summary, "Latent")
+        runs = results["latent"]["runs"]
+        diff = 100 * (statistics.mean(r["final"] for r in runs if r["noise"] > 0)
+                      - statistics.mean(r["final"] for r in runs if r["noise"] == 0))
+        out.append("- Latent noise: %s on digits' small split (%d seeds), %+.1f points of held-out accuracy where the "
+                   "seed document claims +15%%. Off by default (`augment.latent_noise: 0`): measured on one task only; "
+                   "try 0.1 on small image datasets and compare held-out accuracy."
+                   % ("/".join(v), len(set(r["seed"] for r in runs)), diff))
+    if "distill" in results:
+        t = results["distill"]["teachers"]
+        out.append("- Distillation: the synthetic labels are as right as the teacher (%s correct), and the student "
+                   "already learns ~75-80%% from 200 labeled problems, so teachers no better than that add label "
+                   "noise (verdicts: %s). It needs a teacher clearly better than the student; off by default (no "
+                   "teacher)." % (", ".join("%s %.0f%%" % (n, 100 * x["exact_match"]) for n, x in t.items()),
+                                  ", ".join(_verdicts(summary, "Distillation"))))
+    if "backtrans" in results:
+        out.append("- Back-translation: %s. Off by default (it needs `mono_path`)." % ", ".join(_verdicts(summary, "Back")))
+    if "memory" in results:
+        rows = dict((r["config"], r) for r in results["memory"]["rows"])
+        b = rows["fp32 (baseline)"]
+        pct = lambda k: 100 * (1 - rows[k]["peak_above_start_mb"] / b["peak_above_start_mb"])  # noqa: E731
+        out.append("- Memory: checkpointing every 2nd block cut a step's activation memory by %.0f%% (every block: "
+                   "%.0f%%), minibatches of 64 with 4-step accumulation by %.0f%%, half the length by %.0f%%, at a "
+                   "small or no time cost. AMP here is bf16 autocast on a CPU without bf16 units: %.0f%% less memory "
+                   "but %.1fx the step time, so keep `--amp` for CUDA (fp16 + loss scaling), where it was not "
+                   "measured (no GPU here). All stay off by default: these models fit easily, and the seed's "
+                   "8 GB / 4 GB GPU figures cannot be checked on this machine." % (
+                       pct("gradient checkpointing, interval 2"), pct("gradient checkpointing, interval 1"),
+                       pct("minibatch 64 x 4 accumulation"), pct("length 32 instead of 64"),
+                       pct("AMP (bf16 autocast on CPU)"), rows["AMP (bf16 autocast on CPU)"]["step_s"] / b["step_s"]))
+    return out + [""]
+
+
+def write_report(results, setup, doc, start, end, machine):
     summary = []
     parts = []
     for name, fn in (("curriculum", curriculum_md), ("latent", latent_md), ("distill", distill_md),
@@ -171,7 +225,7 @@ def write_report(results, setup, doc, start, end, machine, notes=()):
             "same way and the mean change exceeds the spread of the per-seed changes." % machine, "",
             "| feature | task | metric | off | on | change | seed document's claim | verdict |",
             "|---|---|---|---|---|---|---|---|"]
-    head += ["| %s |" % " | ".join(row) for row in summary] + [""] + list(notes)
+    head += ["| %s |" % " | ".join(row) for row in summary] + [""] + notes(results, summary)
     body = "\n".join([start] + head + [""] + parts + [end]) + "\n"
     text = doc.read_text(encoding="utf-8") if doc.exists() else "# Results\n\n"
     if start in text and end in text:
