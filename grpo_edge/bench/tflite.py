@@ -221,3 +221,47 @@ def tflite_policy(path):
     """An ArrayPolicy over a .tflite file, so a task scores it with its own metric."""
     from grpo_edge.bench.runtime import ArrayPolicy
     return ArrayPolicy(_Runner(path), name=str(path))
+
+
+class _Int8IORunner(object):
+    """LiteRT over an int8-in / int8-out .tflite (NHWC): float batch in ONNX layout -> float logits.
+
+    Quantizes the input with the model's input scale / zero point (TFLite rounding), transposes NCHW ->
+    NHWC, runs, dequantizes the output."""
+
+    def __init__(self, path, in_q, out_q):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        self.it = Interpreter(model_path=str(path),
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        self.it.allocate_tensors()
+        self.i = self.it.get_input_details()[0]["index"]
+        self.o = self.it.get_output_details()[0]["index"]
+        self.in_q, self.out_q = in_q, out_q
+
+    def __call__(self, x):
+        x = np.asarray(x, dtype=np.float32)
+        s, zp = self.in_q
+        q = np.clip(np.sign(x / s) * np.floor(np.abs(x / s) + 0.5) + zp, -128, 127).astype(np.int8)
+        if q.ndim == 4:
+            q = q.transpose(0, 2, 3, 1)
+        outs = []
+        for i in range(len(q)):                 # the graph was built for batch 1
+            self.it.set_tensor(self.i, np.ascontiguousarray(q[i:i + 1]))
+            self.it.invoke()
+            outs.append(self.it.get_tensor(self.o).astype(np.float32).reshape(1, -1))
+        s, zp = self.out_q
+        return (np.concatenate(outs) - zp) * s
+
+
+def qdq2tflite_int8(int8_onnx_path, out_path):
+    """The int8 QDQ model's exact parameters as an int8 .tflite, via the ESP32 IR (covers Conv, Add, pools,
+    which onnx2tflite does not). Returns a runner callable on float batches."""
+    from grpo_edge.report import atomic_write_bytes
+    from grpo_edge.targets.esp32 import parse
+    from grpo_edge.targets.esp32.tflm import to_tflite
+    graph = parse.parse(str(int8_onnx_path))
+    data, _notes = to_tflite(graph)
+    atomic_write_bytes(out_path, data)
+    ti, to = graph.tensors[graph.input], graph.tensors[graph.output]
+    return _Int8IORunner(out_path, (float(ti.scale), int(ti.zero_point)), (float(to.scale), int(to.zero_point)))
+
