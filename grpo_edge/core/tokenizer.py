@@ -45,3 +45,17 @@ class CharTokenizer(object):
         if d.get("type") != "char":
             raise ValueError("unknown tokenizer type %r" % d.get("type"))
         return cls(d["chars"])
+
+
+def encode_targets(tokenizer, texts):
+    """Target texts -> (ids (B, T) long: text + EOS then PAD, mask (B, T) float: 1 up to and with EOS)."""
+    import torch
+    seqs = [tokenizer.encode(t, eos=True) for t in texts]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, :len(s)] = 1.0
+    return ids, mask
+

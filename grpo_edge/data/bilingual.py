@@ -253,14 +253,8 @@ class BilingualPairLoader(object):
 
     def encode_tgt(self, texts: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
         """Targets -> (ids (B, T) long: text + EOS then PAD, mask (B, T) float: 1 up to and with EOS)."""
-        seqs = [self.tokenizer.encode(t, eos=True) for t in texts]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
-        mask = torch.zeros(len(seqs), width)
-        for i, s in enumerate(seqs):
-            ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, :len(s)] = 1.0
-        return ids, mask
+        from grpo_edge.core.tokenizer import encode_targets
+        return encode_targets(self.tokenizer, texts)
 
     def collate(self, pairs: List[Pair]) -> Dict[str, torch.Tensor]:
         """A batch: {"src": (B, S) long, "tgt": (B, T) long, "tgt_mask": (B, T) float}."""

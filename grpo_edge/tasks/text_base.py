@@ -129,14 +129,8 @@ class TextTask(Task):
 
     def encode_targets(self, texts: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
         """References -> (ids (B, T) long: text + EOS then PAD, mask (B, T) float: 1 up to and with EOS)."""
-        seqs = [self.tokenizer.encode(t, eos=True) for t in texts]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
-        mask = torch.zeros(len(seqs), width)
-        for i, s in enumerate(seqs):
-            ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, :len(s)] = 1.0
-        return ids, mask
+        from grpo_edge.core.tokenizer import encode_targets
+        return encode_targets(self.tokenizer, texts)
 
     def warm_start_batches(self, batch_size: int, generator: torch.Generator):
         """One shuffled epoch over the train problems: {input_key: (B, L), "target": (B, T), "target_mask": (B, T)}."""
