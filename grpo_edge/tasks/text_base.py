@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from grpo_edge.core.rollout import Rollout
-from grpo_edge.core.tokenizer import EOS, PAD
+from grpo_edge.core.tokenizer import EOS
 from grpo_edge.errors import ConfigError
 from grpo_edge.tasks.base import Task
 from grpo_edge.tasks.rewards import WeightedRewards
