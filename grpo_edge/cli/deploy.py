@@ -85,8 +85,14 @@ def bench(
     typer.echo((Path(out) / "bench.md").read_text())
 
 
-def targets_():
+def targets_(
+    json_out: bool = typer.Option(False, "--json", help="Print every profile with all figures and their sources."),
+):
     """List the device profiles (targets/*.yaml) with their key figures and sources."""
+    if json_out:
+        from grpo_edge.targets.profiles import list_profiles, load_profile
+        typer.echo(json.dumps({n: load_profile(n) for n in list_profiles()}, indent=1, default=str))
+        return
     from rich.console import Console
     from rich.table import Table
     from grpo_edge.targets.profiles import list_profiles, load_profile
