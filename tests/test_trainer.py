@@ -128,6 +128,11 @@ def test_cli_end_to_end(tmp_path):
     assert json.loads(r.stdout)["n"] == 3
     r = _cli("tasks")
     assert r.returncode == 0 and "cartpole" in r.stdout and "digits" in r.stdout
+    r = _cli("targets", "--json")
+    assert r.returncode == 0, r.stderr
+    profiles = json.loads(r.stdout)
+    assert {"esp32", "esp32s3", "esp32c3", "rpi4", "rpi5", "jetson-nano", "jetson-orin-nano"} <= set(profiles)
+    assert all(f.get("source") for p in profiles.values() for f in p["figures"].values())
 
 
 @pytest.mark.parametrize("args,needle", [
