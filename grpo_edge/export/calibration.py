@@ -57,15 +57,20 @@ def save_calibration(arrays, out_path, meta: dict) -> Path:
     return out_path
 
 
-def load_calibration(path) -> dict:
-    """{input name: array} from an .npz written by save_calibration (or a plain .npy: {"inputs": array})."""
+def open_calibration(path):
+    """np.load of a .npy / .npz calibration file (no pickles), with one-line errors naming the file."""
     path = Path(path)
     if not path.is_file():
         raise ExportError("calibration file not found: %s" % path)
     try:
-        loaded = np.load(str(path), allow_pickle=False)
+        return np.load(str(path), allow_pickle=False)
     except Exception as e:
         raise ExportError("%s is not a .npy/.npz calibration file (%s)" % (path, str(e).splitlines()[0][:200]))
+
+
+def load_calibration(path) -> dict:
+    """{input name: array} from an .npz written by save_calibration (or a plain .npy: {"inputs": array})."""
+    loaded = open_calibration(path)
     if isinstance(loaded, np.ndarray):
         return {"inputs": loaded}
     return {k: loaded[k] for k in loaded.files if not k.startswith("__")}

@@ -144,14 +144,10 @@ def _load_calibration(calibration, specs):
     """-> ({input name: array}, description of the source)."""
     names = [s["name"] for s in specs]
     if isinstance(calibration, (str, os.PathLike)):
-        path = Path(calibration)
-        if not path.is_file():
-            raise ExportError("calibration file not found: %s" % path)
-        try:
-            loaded = np.load(str(path), allow_pickle=False)
-        except Exception as e:
-            raise ExportError("%s is not a .npy/.npz calibration file (%s)" % (path, str(e).splitlines()[0][:200]))
+        from grpo_edge.export.calibration import open_calibration
         from grpo_edge.export.decode_calibration import is_feeds, load_feeds
+        path = Path(calibration)
+        loaded = open_calibration(path)
         if is_feeds(loaded):
             return load_feeds(loaded, path), str(path)
         if isinstance(loaded, np.ndarray):
