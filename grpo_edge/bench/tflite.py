@@ -132,24 +132,12 @@ def onnx2tflite(onnx_path, out_path) -> dict:
                 w = w.T                                   # FULLY_CONNECTED wants (out, in)
             w = np.ascontiguousarray(w)
             units = w.shape[0]
-            if int8:
-                wt = me.Tensor(shape=w.shape, dtype=tfl.TensorType.INT8, data=w.astype(np.int8), name=w_name,
-                               quantization=me.Quantization(scales=[float(v) for v in np.atleast_1d(w_s)],
-                                                            zero_points=[0] * np.atleast_1d(w_s).size,
-                                                            axis=0 if np.atleast_1d(w_s).size > 1 else None))
-            else:
-                wt = me.Tensor(shape=w.shape, dtype=tfl.TensorType.FLOAT32, data=w.astype(np.float32), name=w_name)
+            wt = _const(me, tfl, w, w_name, "INT8" if int8 else "FLOAT32", w_s if int8 else None)
             bt = None
             if len(n.input) > 2 and n.input[2]:
                 b_name, b_s, _ = source(n.input[2])
                 b = init[b_name].reshape(-1)
-                if int8:
-                    bt = me.Tensor(shape=b.shape, dtype=tfl.TensorType.INT32, data=b.astype(np.int32), name=b_name,
-                                   quantization=me.Quantization(scales=[float(v) for v in np.atleast_1d(b_s)],
-                                                                zero_points=[0] * np.atleast_1d(b_s).size,
-                                                                axis=0 if np.atleast_1d(b_s).size > 1 else None))
-                else:
-                    bt = me.Tensor(shape=b.shape, dtype=tfl.TensorType.FLOAT32, data=b.astype(np.float32), name=b_name)
+                bt = _const(me, tfl, b, b_name, "INT32" if int8 else "FLOAT32", b_s if int8 else None)
             y = act_tensor(out_name, (1, units))
             op = me.Operator(opcode=tfl.BuiltinOperator.FULLY_CONNECTED, inputs=[a, wt, bt], outputs=[y])
             op._fb.builtinOptionsType = tfl.BuiltinOptions.FullyConnectedOptions
@@ -180,6 +168,18 @@ def onnx2tflite(onnx_path, out_path) -> dict:
     atomic_write_bytes(out_path, data)
     return {"path": str(out_path), "size_bytes": len(data), "dtype": "int8" if int8 else "fp32", "ops": ops,
             "converter": "tflite-micro model_editor (no TensorFlow), params copied from %s" % onnx_path.name}
+
+
+def _const(me, tfl, arr, name, dtype, scales=None):
+    """A constant TFLite tensor; with `scales`, symmetric (zero point 0) per-tensor or per-axis-0 quantized."""
+    np_dtype = {"INT8": np.int8, "INT32": np.int32, "FLOAT32": np.float32}[dtype]
+    quant = None
+    if scales is not None:
+        s = np.atleast_1d(scales)
+        quant = me.Quantization(scales=[float(v) for v in s], zero_points=[0] * s.size,
+                                axis=0 if s.size > 1 else None)
+    return me.Tensor(shape=arr.shape, dtype=getattr(tfl.TensorType, dtype), data=arr.astype(np_dtype), name=name,
+                     quantization=quant)
 
 
 def _last_int8(tensors, dq, out_name):
