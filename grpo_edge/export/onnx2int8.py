@@ -25,11 +25,16 @@ from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_bytes
 
 METHODS = ("minmax", "entropy", "percentile")
+ACTIVATIONS = ("int8", "int16")
+WEIGHT_ROUNDING = ("nearest", "gptq")
+# TFLite's 16x8 mode fixes these ops' int16 output parameters (scale 1/32768, zero point 0).
+FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
 MIN_SAMPLES = 100
 
 
 def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_channel: bool = True,
-              reduce_range: bool = False, max_samples: int = 2000, op_types=None) -> dict:
+              reduce_range: bool = False, max_samples: int = 2000, op_types=None, activations: str = "int8",
+              weight_rounding: str = "nearest") -> dict:
     """Quantize `onnx_path` to int8 QDQ at `out_path`, calibrated on `calibration`.
 
     calibration: np.ndarray (single-input models), {input name: array}, or a .npy / .npz path (an .npz
@@ -37,6 +42,10 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
       whose shapes may differ (decode steps with a growing KV cache), in memory or as a feed-set .npz
       (grpo_edge.export.decode_calibration). Feeds of varying shape support method "minmax" only.
     op_types: quantize only these op types (e.g. ["MatMul", "Gemm"]); None = every op ORT can quantize.
+    activations: "int8" (asymmetric) or "int16" (TFLite's 16x8 mode: symmetric int16 activations, int8
+      weights; tanh/sigmoid outputs fixed at scale 1/32768; ORT raises the opset to 21 for it).
+    weight_rounding: "nearest", or "gptq": Gemm/MatMul weights re-rounded on the same grid to keep each
+      layer's output on the calibration inputs close to fp32 (grpo_edge.export.gptq).
     Returns {path, size_bytes, fp32_size_bytes, method, per_channel, reduce_range, num_samples, format,
       warnings, errors: {reference: {...}, ort_optimized: {...}}}: int8-vs-fp32 output errors on the
       calibration samples, with ORT optimizations off (reference arithmetic) and on (this CPU's kernels).
@@ -44,6 +53,10 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     from grpo_edge.export.onnx_utils import io_specs, load_onnx
     if method not in METHODS:
         raise ExportError("calibration method must be one of %s, got %r" % ("|".join(METHODS), method))
+    if activations not in ACTIVATIONS:
+        raise ExportError("activations must be one of %s, got %r" % ("|".join(ACTIVATIONS), activations))
+    if weight_rounding not in WEIGHT_ROUNDING:
+        raise ExportError("weight rounding must be one of %s, got %r" % ("|".join(WEIGHT_ROUNDING), weight_rounding))
     onnx_path = Path(onnx_path)
     model = load_onnx(onnx_path)
     specs = io_specs(model, "input")
@@ -68,7 +81,13 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     fd, tmp = tempfile.mkstemp(dir=str(out_path.parent), prefix="." + out_path.name + ".", suffix=".tmp")
     os.close(fd)
     try:
-        _quantize(onnx_path, tmp, data, specs, method, per_channel, reduce_range, op_types)
+        _quantize(onnx_path, tmp, data, specs, method, per_channel, reduce_range, op_types, activations)
+        gptq = None
+        if weight_rounding == "gptq":
+            if isinstance(data, list):
+                raise ExportError("weight rounding gptq needs fixed-shape calibration inputs (not decode-step feeds)")
+            from grpo_edge.export.gptq import onnx_gptq
+            gptq = onnx_gptq(onnx_path, tmp, data)
         atomic_write_bytes(out_path, Path(tmp).read_bytes())
     finally:
         if os.path.exists(tmp):
@@ -79,8 +98,10 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
             "fp32_size_bytes": onnx_path.stat().st_size, "method": method, "per_channel": per_channel,
             "reduce_range": reduce_range, "num_samples": n, "calibration": src,
             "op_types": list(op_types) if op_types else "all ORT-quantizable ops",
-            "format": "QDQ; activations int8 asymmetric per-tensor; weights int8 symmetric "
+            "format": "QDQ; activations %s per-tensor; weights int8 symmetric " % (
+                "int8 asymmetric" if activations == "int8" else "int16 symmetric")
                       + ("per-channel" if per_channel else "per-tensor"),
+            "activations": activations, "weight_rounding": weight_rounding, "gptq": gptq,
             "warnings": notes, "errors": errors}
 
 
@@ -98,7 +119,7 @@ def _batches(data, specs):
     return [{k: v[i:i + step] for k, v in data.items()} for i in range(0, n, step)]
 
 
-def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types=None):
+def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types=None, activations="int8"):
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
     batches = _batches(data, specs)
@@ -114,6 +135,13 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         def get_next(self):
             return next(self._it, None)
 
+    extra = {"ActivationSymmetric": activations == "int16", "WeightSymmetric": True}
+    if activations == "int16":
+        import onnx
+        fixed = {"scale": np.array(1.0 / 32768, dtype=np.float32), "zero_point": np.array(0, dtype=np.int16)}
+        outs = [n.output[0] for n in onnx.load(str(src)).graph.node if n.op_type in FIXED_INT16_OUTPUT]
+        if outs:
+            extra["TensorQuantOverrides"] = {t: [dict(fixed)] for t in outs}
     cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
           "percentile": CalibrationMethod.Percentile}[method]
     import contextlib
@@ -127,10 +155,11 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                            activation_type=QuantType.QInt16 if activations == "int16" else QuantType.QInt8,
+                            weight_type=QuantType.QInt8,
                             per_channel=per_channel, reduce_range=reduce_range, calibrate_method=cm,
                             op_types_to_quantize=list(op_types) if op_types else None,
-                            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
+                            extra_options=extra)
     except ExportError:
         raise
     except Exception as e:

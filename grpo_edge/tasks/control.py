@@ -94,14 +94,21 @@ class ControlTask(Task):
         return {"return": float(returns.mean()), "return_std": float(returns.std()),
                 "episode_length": float(ro.mask.sum(1).mean()), "n": n}
 
-    def calibration_inputs(self, n, policy=None):
-        """Observations visited by `policy` (or by random actions), float32 (n, obs_dim)."""
+    def calibration_inputs(self, n, policy=None, episodes: int = 8):
+        """Observations visited by `policy` (or by random actions), float32 (n, obs_dim).
+
+        Every k-th step is kept, k chosen so that the n states span about `episodes` full-length
+        episodes: consecutive states of one episode would cover only its own stretch of the state space
+        (a balancing cart drifts; 512 consecutive CartPole states are one episode)."""
         rng = np.random.RandomState(self.seed + 1)
         env = self._make()
-        out = []
+        stride = max(1, -(-episodes * self.max_steps // max(int(n), 1)))
+        out, t = [], 0
         obs, _ = env.reset(seed=int(rng.randint(2 ** 31 - 1)))
         while len(out) < n:
-            out.append(np.asarray(obs, dtype=np.float32))
+            if t % stride == 0:
+                out.append(np.asarray(obs, dtype=np.float32))
+            t += 1
             if policy is not None:
                 with torch.no_grad():
                     a = int(policy(torch.as_tensor(obs, dtype=torch.float32)[None]).argmax(-1))

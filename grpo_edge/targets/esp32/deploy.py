@@ -126,7 +126,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     rep.sections["fit_check"] = fit
     rep.add("arena_bytes", gen.plan.arena_bytes, "B", "exact", "buffer-lifetime planner (no reuse: %d B)" % gen.plan.naive_bytes)
     rep.add("weights_bytes", graph.weight_bytes(), "B", "exact", "int8 weights + int32 bias/multipliers + int8 shifts")
-    macs = sum(op.macs(graph.tensors) for op in graph.ops if op.kind in ("fc", "conv"))
+    macs = sum(op.macs(graph.tensors) for op in graph.ops if op.kind in ("fc", "fc16", "conv"))
     rep.add("macs_per_inference", macs, "MAC", "exact", "sum over fc/conv ops")
 
     rng = np.random.default_rng(opts["seed"])
@@ -220,7 +220,7 @@ def fp32_agreement(graph, fp32_onnx, xf) -> float:
     name = sess.get_inputs()[0].name
     yf = np.concatenate([sess.run(None, {name: xf[i:i + 1]})[0] for i in range(len(xf))]).reshape(len(xf), -1)
     t = graph.tensors[graph.input]
-    yq = R.run(graph, R.quantize(xf, t.scale, t.zero_point)).reshape(len(xf), -1)
+    yq = R.run(graph, R.quantize(xf, t.scale, t.zero_point, t.dtype)).reshape(len(xf), -1)
     return float((yq.argmax(1) == yf.argmax(1)).mean())
 
 

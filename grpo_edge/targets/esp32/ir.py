@@ -1,4 +1,4 @@
-"""A small IR of int8 ops with TFLite-style parameters, shared by the reference, codegen and TFLM export.
+"""A small IR of int8 / int16 ops with TFLite-style parameters, shared by the reference, codegen and TFLM export.
 
 Layout: tensors keep the ONNX layout (NCHW for images, (N, F) for vectors), batch N = 1.
 Each Op holds every parameter a kernel needs, computed once ("Prepare"), so the NumPy reference,
@@ -17,7 +17,14 @@ Op kinds and their attrs:
   reshape  none: the output shares the input's storage
   softmax  TFLite int8 softmax parameters (input_multiplier, input_left_shift, diff_min, tflite_output,
            output_multiplier/shift when the output scale is not 1/256)
-  argmax   none (last axis)
+  argmax   none (last axis; int8 output, any input type)
+
+16x8 graphs (TFLite's int16-activation mode, for small models whose decisions int8 activations flip):
+every activation tensor is int16 with zero point 0 (the argmax output stays int8), weights int8.
+  fc16      weights (OUT, IN) int8, bias (OUT,) int64, multiplier/shift (OUT,), activation_min/max;
+            acc = sum(w * x) + bias in int64, out = MultiplyByQuantizedMultiplier(int64 acc) (no offsets)
+  tanh16    input_multiplier, input_left_shift: TFLM's int16 tanh (sigmoid table + interpolation);
+  sigmoid16 output scale 1/32768, zero point 0
 """
 import hashlib
 from dataclasses import dataclass, field
@@ -32,10 +39,39 @@ class TensorInfo:
     shape: Tuple[int, ...]
     scale: float = 1.0          # float32 value
     zero_point: int = 0
+    dtype: str = "int8"         # "int8" | "int16"
 
     @property
     def size(self) -> int:
+        """Number of elements."""
         return int(np.prod(self.shape))
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype][1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def np_dtype(self):
+        return np.dtype(self.dtype)
+
+    @property
+    def ctype(self) -> str:
+        return DTYPES[self.dtype][0]
+
+    @property
+    def qmin(self) -> int:
+        return int(np.iinfo(self.dtype).min)
+
+    @property
+    def qmax(self) -> int:
+        return int(np.iinfo(self.dtype).max)
+
+
+DTYPES = {"int8": ("int8_t", 1), "int16": ("int16_t", 2)}
 
 
 @dataclass
@@ -58,7 +94,7 @@ class Op:
 
     def macs(self, tensors) -> int:
         out = tensors[self.output]
-        if self.kind == "fc":
+        if self.kind in ("fc", "fc16"):
             return int(self.attrs["weights"].size)
         if self.kind == "conv":
             w = self.attrs["weights"]
@@ -84,6 +120,11 @@ class Graph:
             else:
                 root[op.output] = op.output
         return root
+
+    @property
+    def activation_dtype(self) -> str:
+        """"int16" for a 16x8 graph, else "int8"."""
+        return self.tensors[self.input].dtype
 
     def weight_bytes(self) -> int:
         return sum(op.param_bytes() for op in self.ops)

@@ -65,6 +65,7 @@ class _Parser:
                 self.consumers.setdefault(i, []).append(n)
         self.tensors = {}
         self.ops = []
+        self.qtype = {}          # quantized tensor name -> "int8" | "int16"
 
     # -- helpers
     def qparams(self, node):
@@ -78,8 +79,12 @@ class _Parser:
         scale, zp = self.qparams(node)
         if scale.size != 1:
             raise ExportError("%s: per-channel activation quantization is not supported" % _label(node))
-        if zp.dtype != np.int8:
-            raise ExportError("%s: activations must be int8 (QInt8), got %s" % (_label(node), zp.dtype))
+        if zp.dtype not in (np.int8, np.int16):
+            raise ExportError("%s: activations must be int8 (QInt8) or int16 (QInt16), got %s" % (_label(node), zp.dtype))
+        if zp.dtype == np.int16 and int(zp.reshape(())) != 0:
+            raise ExportError("%s: int16 activations must be symmetric (zero point 0, TFLite 16x8 mode), got %d"
+                              % (_label(node), int(zp.reshape(()))))
+        self.qtype[node.output[0]] = zp.dtype.name
         return R.f32(scale.reshape(())), int(zp.reshape(()))
 
     def source(self, node, float_name):
@@ -160,7 +165,20 @@ class _Parser:
             raise ExportError("model has no compute ops")
         used = {i for o in self.ops for i in o.inputs} | {self.output}
         self.ops = _prune(self.ops, used, self.output)
-        return Graph(self.tensors, self.ops, self.input, self.output)
+        g = Graph(self.tensors, self.ops, self.input, self.output)
+        self.assign_dtypes(g)
+        return g
+
+    def assign_dtypes(self, g):
+        """Give each tensor its quantized type; a graph with int16 activations becomes a 16x8 graph."""
+        for name, t in g.tensors.items():
+            t.dtype = self.qtype.get(name, "int8")
+        for op in g.ops:
+            if op.kind == "argmax":
+                g.tensors[op.output].dtype = "int8"
+        if g.tensors[g.input].dtype == "int16" or any(t.dtype == "int16" for t in g.tensors.values()):
+            from .int16_ref import to_16x8
+            to_16x8(g)
 
     def quantize_node(self, node):
         src = node.input[0]
@@ -173,6 +191,8 @@ class _Parser:
         self.tensors[name] = TensorInfo(name, t.shape, scale, zp)
         if scale == t.scale and zp == t.zero_point:
             self.ops.append(Op("reshape", node.name or name, [t.name], name, {}))
+        elif self.qtype.get(name) == "int16" or self.qtype.get(t.name) == "int16":
+            raise ExportError("QuantizeLinear node %r: requantizing an int16 tensor is not supported" % (node.name or name))
         else:
             table = requant_table(t, self.tensors[name], -128, 127)
             self.ops.append(Op("lut", node.name or name, [t.name], name, {"table": table, "function": "requantize"}))

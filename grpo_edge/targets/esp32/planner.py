@@ -54,7 +54,7 @@ def lifetimes(graph) -> (Dict[str, Buffer], Dict[str, str]):
     for i, op in enumerate(graph.ops):
         r = root[op.output]
         if r not in bufs:
-            bufs[r] = Buffer(r, graph.tensors[r].size, i, i)
+            bufs[r] = Buffer(r, graph.tensors[r].nbytes, i, i)
         for name in op.inputs:
             if name in root:
                 rr = root[name]

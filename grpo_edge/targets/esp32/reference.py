@@ -1,4 +1,4 @@
-"""NumPy int8 reference of every kernel, following TFLite / TFLite Micro integer rules bit for bit.
+"""NumPy int8 (and 16x8) reference of every kernel, following TFLite / TFLite Micro integer rules bit for bit.
 
 Arithmetic mode (pinned): DOUBLE rounding, i.e. TFLM's default MultiplyByQuantizedMultiplier
 (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT). TFLITE_SINGLE_ROUNDING is not used.
@@ -101,11 +101,17 @@ def clamp8(x, lo=-128, hi=127):
     return np.clip(_i64(x), lo, hi).astype(np.int8)
 
 
-def quantize(x, scale, zero_point):
-    """QUANTIZE: clamp(round_half_away(x / scale) + zp) in float32 like TFLite."""
+def clamp16(x, lo=-32768, hi=32767):
+    return np.clip(_i64(x), lo, hi).astype(np.int16)
+
+
+def quantize(x, scale, zero_point, dtype="int8"):
+    """QUANTIZE: clamp(round_half_away(x / scale) + zp) in float32 like TFLite; int8 or int16."""
     v = np.asarray(x, dtype=np.float32) / np.float32(scale)
     v = np.clip(v, -1e6, 1e6)
-    return clamp8(round_f32(v).astype(np.int64) + zero_point)
+    q = round_f32(v).astype(np.int64) + zero_point
+    return clamp16(q) if str(dtype) == "int16" else clamp8(q)
+
 
 
 def dequantize(q, scale, zero_point):
@@ -259,6 +265,16 @@ def avg_pool(x, p):
     return clamp8(out, p["activation_min"], p["activation_max"])
 
 
+def fully_connected16(x, p):
+    from .int16_ref import fully_connected16
+    return fully_connected16(x, p)
+
+
+def tanh16(x, p):
+    from .int16_ref import tanh_int16
+    return tanh_int16(x, p)
+
+
 def argmax(x, p):
     """ARG_MAX over the last axis; ties go to the first index. Output stored as int8 (<128 classes)."""
     return np.argmax(_i64(x), axis=-1).astype(np.int8).reshape(x.shape[0], 1)
@@ -277,8 +293,9 @@ def run(graph, x, keep=False):
     """Run an IR graph on a batch of int8 inputs x (B, *input_shape[1:]). Returns the output
     (B, *output_shape[1:]), or every tensor by name when keep=True."""
     x = np.asarray(x)
-    if x.dtype != np.int8:
-        raise TypeError("reference input must be int8, got %s" % x.dtype)
+    want = graph.tensors[graph.input].np_dtype
+    if x.dtype != want:
+        raise TypeError("reference input must be %s, got %s" % (want, x.dtype))
     in_shape = tuple(graph.tensors[graph.input].shape[1:])
     if tuple(x.shape[1:]) != in_shape:
         raise ValueError("input shape %s does not match the model's %s" % (x.shape[1:], in_shape))
@@ -301,6 +318,8 @@ def _reshape(x, p):
 
 KERNELS = {
     "fc": fully_connected,
+    "fc16": fully_connected16,
+    "tanh16": tanh16,
     "conv": conv2d,
     "add": lambda a, b, p: add(a, b, p),
     "lut": lut,

@@ -138,7 +138,7 @@ def ort_check(graph, onnx_path, x_float: np.ndarray) -> dict:
            "end_to_end_max_lsb": int(d.max()), "end_to_end_frac_diff": float((d > 0).mean()),
            "input_quantization_matches": bool(np.array_equal(
                vals[graph.input], R.quantize(x_float, graph.tensors[graph.input].scale,
-                                             graph.tensors[graph.input].zero_point)))}
+                                             graph.tensors[graph.input].zero_point, graph.activation_dtype)))}
     if ref.shape[-1] > 1 and graph.ops[-1].kind != "argmax":
         out["decision_agreement"] = float((ref.reshape(B, -1).argmax(1) == ort_out.reshape(B, -1).argmax(1)).mean())
     return out
