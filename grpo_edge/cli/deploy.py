@@ -28,10 +28,12 @@ def quantize(
     calibration: str = typer.Option(..., "--calibration", help="Calibration set (.npz/.npy), see `grpo-edge calibrate`."),
     out: str = typer.Option("model.int8.onnx", "--out", "-o", help="Output int8 QDQ ONNX."),
     method: str = typer.Option("minmax", "--method", help="minmax, entropy or percentile."),
+    activations: str = typer.Option("int8", "--activations", help="int8, or int16 (TFLite 16x8: int16 activations, int8 weights)."),
+    weight_rounding: str = typer.Option("nearest", "--weight-rounding", help="nearest, or gptq (error-compensating, Gemm/MatMul)."),
 ):
-    """Static int8 quantization (QDQ, per-channel weights) with calibration data."""
+    """Static int8 quantization (QDQ, per-channel int8 weights) with calibration data."""
     from grpo_edge.export.onnx2int8 import onnx2int8
-    info = onnx2int8(model, calibration, out, method=method)
+    info = onnx2int8(model, calibration, out, method=method, activations=activations, weight_rounding=weight_rounding)
     typer.echo(json.dumps({k: v for k, v in info.items() if isinstance(v, (int, float, str))}, indent=1))
 
 
@@ -53,6 +55,8 @@ def deploy(
     onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead (esp32: int8 QDQ)."),
     out: str = typer.Option("deploy", "--out", "-o", help="Output folder."),
     precision: Optional[str] = typer.Option(None, "--precision", help="Jetson: fp32, fp16 or int8."),
+    activations: Optional[str] = typer.Option(None, "--activations", help="ESP32: auto (default: int8, or int16 "
+                                              "activations when int8 flips > 1% of the decisions), int8 or int16."),
     calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration set (.npz); default: from the task."),
     option: List[str] = typer.Option([], "--option", help="Target option key=value (repeatable)."),
 ):
@@ -69,6 +73,10 @@ def deploy(
         opts["precision"] = precision
     if calibration is not None:
         opts["calibration"] = calibration
+    if activations is not None:
+        if not target.startswith("esp32"):
+            raise GrpoEdgeError("--activations applies to the esp32 targets (got --target %s)" % target)
+        opts["activations"] = activations
     report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts)
     typer.echo(report.to_markdown() if report is not None else "done")
     typer.echo("report: %s" % (Path(out) / "report.md"))

@@ -1,27 +1,44 @@
-"""The front half of `deploy --target esp32*` for a checkpoint: export, calibrate, quantize to int8 QDQ.
+"""The front half of `deploy --target esp32*` for a checkpoint: export, calibrate, quantize, choose.
 
 checkpoint --torch2onnx--> OUT/model.onnx --onnx2int8 (calibration from the task)--> OUT/model.int8.onnx
-The ESP32 generator (grpo_edge.targets.esp32) then takes the int8 model; the fp32 model and the states
-the fp32 policy visits in an evaluation are passed along so the report can state decision agreement.
+                                          (and, when int8 flips decisions)      --> OUT/model.a16w8.onnx
+
+Quantization is chosen by measurement ("activations": "auto", the default): int8 everywhere first; if
+its decisions (argmax of the integer reference) agree with the fp32 model on fewer than
+`min_agreement` of the calibration states, the 16x8 form (int16 activations, int8 weights rounded
+with GPTQ, TFLite's 16x8 mode) is built too and kept when it agrees more. Small control policies need
+it: a balancing CartPole policy's logits are nearly tied most of the time (docs/esp32.md). The choice
+is made on the calibration states; the report's agreement figure comes from other states (an
+evaluation with another seed), so it is not the number the choice was tuned on.
+The ESP32 generator (grpo_edge.targets.esp32) then takes the chosen model.
 """
 from pathlib import Path
 
 import numpy as np
 
+from grpo_edge.errors import ExportError, TargetError
+
 EVAL_SEED = 4242          # evaluation states come from another seed than the calibration set
+ACTIVATIONS = ("auto", "int8", "int16")
+MIN_AGREEMENT = 0.99
 
 
 def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bool):
-    """Returns (int8 onnx path, esp32 options). A plain ONNX source must already be int8 QDQ."""
+    """Returns (quantized onnx path, esp32 options). A plain ONNX source must already be quantized (QDQ)."""
     options = dict(options)
     calib = options.pop("calibration", None)
     n_calib = int(options.pop("calibration_samples", 512))
     method = options.pop("method", "minmax")
+    activations = str(options.pop("activations", "auto"))
+    rounding = options.pop("weight_rounding", None)
+    min_agreement = float(options.pop("min_agreement", MIN_AGREEMENT))
+    if activations not in ACTIVATIONS:
+        raise TargetError("option activations must be one of %s, got %r" % ("|".join(ACTIVATIONS), activations))
     if not from_checkpoint:
         return source, options
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import checkpoint2calibration, task_from_state, task_inputs
-    from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.export.calibration import (checkpoint2calibration, load_calibration, task_from_state,
+                                              task_inputs)
     from grpo_edge.export.torch2onnx import torch2onnx
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -31,11 +48,70 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     if calib is None:
         calib = out_dir / "calibration.npz"
         checkpoint2calibration(source, calib, n=n_calib)
-    int8 = out_dir / "model.int8.onnx"
-    onnx2int8(fp32, calib, int8, method=method)
+    data = load_calibration(calib)
+    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
     options.setdefault("fp32_onnx", str(fp32))
     options.setdefault("prefix", str(state.get("task", "model")).replace("-", "_"))
+    options.setdefault("quantization", choice)
     if options.get("eval_inputs") is None:
         task = task_from_state(state, seed=EVAL_SEED)
         options["eval_inputs"] = np.asarray(task_inputs(task, 1000, policy=model), dtype=np.float32)
-    return int8, options
+    return Path(choice["chosen_path"]), options
+
+
+def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding=None, method="minmax",
+                        min_agreement=MIN_AGREEMENT) -> dict:
+    """Quantize `fp32` as asked (or int8, then 16x8 when int8 agrees on < min_agreement of the calibration
+    decisions). Returns {chosen, chosen_path, candidates: [{activations, weight_rounding, path,
+    agreement_calibration | error}], rule}."""
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    forms = {"int8": ("int8", rounding or "nearest", "model.int8.onnx"),
+             "int16": ("int16", rounding or "gptq", "model.a16w8.onnx")}
+    order = ["int8", "int16"] if activations == "auto" else [activations]
+    x = _single_input(data)
+    cands = []
+    for key in order:
+        acts, wr, name = forms[key]
+        path = Path(out_dir) / name
+        cand = {"activations": acts, "weight_rounding": wr, "path": str(path)}
+        try:
+            onnx2int8(fp32, calib, path, method=method, activations=acts, weight_rounding=wr)
+            cand["agreement_calibration"] = decision_agreement(path, fp32, x) if x is not None else None
+        except (ExportError, TargetError) as e:
+            if activations != "auto":
+                raise
+            cand["error"] = str(e)
+        cands.append(cand)
+        agree = cand.get("agreement_calibration")
+        if activations == "auto" and (agree is None or agree >= min_agreement):
+            break                        # int8 is good enough (or not measurable): no 16x8 needed
+    ok = [c for c in cands if "error" not in c]
+    if not ok:
+        raise TargetError("quantization failed: %s" % "; ".join(c["error"] for c in cands))
+    best = ok[0]
+    for c in ok[1:]:                     # a wider form must earn its place by agreeing more
+        if (c.get("agreement_calibration") or 0) > (best.get("agreement_calibration") or 0):
+            best = c
+    rule = ("asked for %s" % activations if activations != "auto" else
+            "int8 first; 16x8 (int16 activations, GPTQ-rounded int8 weights) when int8 decisions agree with "
+            "fp32 on < %.3g of the calibration states, kept if it agrees more" % min_agreement)
+    return {"chosen": best["activations"], "chosen_path": best["path"], "candidates": cands, "rule": rule}
+
+
+def decision_agreement(qdq_path, fp32_path, x) -> float:
+    """Share of inputs x where the integer reference's argmax equals the fp32 model's (the ESP32 arithmetic)."""
+    from grpo_edge.targets.esp32 import parse
+    from grpo_edge.targets.esp32.deploy import fp32_agreement
+    graph = parse.parse(qdq_path)
+    return fp32_agreement(graph, fp32_path, np.asarray(x, dtype=np.float32)[:1000])
+
+
+def _single_input(data):
+    """The calibration array of a single-input model (None for feed lists / several inputs)."""
+    if isinstance(data, dict) and len([k for k in data if not k.startswith("__")]) == 1:
+        k = next(k for k in data if not k.startswith("__"))
+        a = np.asarray(data[k])
+        return a if a.dtype.kind == "f" else None
+    if isinstance(data, np.ndarray) and data.dtype.kind == "f":
+        return data
+    return None

@@ -24,7 +24,8 @@ STACK_ESTIMATE = 512
 CODE_PER_OP = 400                    # bytes of rv32 code per generated op (observed 200-700 at -O2)
 
 DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
-            "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None}
+            "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None,
+            "quantization": None}
 
 
 def _profile(profile):
@@ -60,7 +61,7 @@ def fit_check(graph: Graph, plan, profile) -> dict:
     """Fail BEFORE generating when the model cannot fit the chip's flash or RAM."""
     name, get, _ = _profile(profile)
     flash_need = graph.weight_bytes() + CODE_PER_OP * len(graph.ops) + 2048
-    ram_need = plan.arena_bytes + STACK_ESTIMATE + graph.tensors[graph.output].size
+    ram_need = plan.arena_bytes + STACK_ESTIMATE + graph.tensors[graph.output].nbytes
     flash_total = int(get("flash_bytes", 4 << 20))
     flash_avail = min(flash_total, APP_PARTITION) - IDF_FLASH_RESERVED
     sram = int(get("sram_bytes", 320 * 1024))
@@ -121,23 +122,38 @@ def deploy(source, profile, out_dir, options=None) -> Report:
 
     out = Path(out_dir)
     rep = Report(title="ESP32 deploy: %s" % src.name, target=pname)
-    rep.notes.append("Arithmetic: TFLite int8 rules, double rounding (TFLM default); tanh/sigmoid as 256-entry tables.")
+    if graph.activation_dtype == "int16":
+        rep.notes.append("Arithmetic: TFLite 16x8 rules (int16 activations, int8 weights, int32 bias and accumulator, "
+                         "double rounding; TFLM's int16 tanh).")
+    else:
+        rep.notes.append("Arithmetic: TFLite int8 rules, double rounding (TFLM default); tanh/sigmoid as 256-entry tables.")
+    rep.add("activations", graph.activation_dtype, "", "exact", "activation type of the generated code (weights int8)")
+    if opts["quantization"]:
+        q = opts["quantization"]
+        rep.sections["quantization"] = {k: v for k, v in q.items() if k != "chosen_path"}
+        rep.notes.append("Quantization chosen by measurement: %s. Candidates (decision agreement with fp32 on the "
+                         "calibration states): %s." % (q.get("rule", ""), ", ".join(
+                             "%s/%s %s" % (c["activations"], c["weight_rounding"],
+                                           "%.3f" % c["agreement_calibration"] if c.get("agreement_calibration") is not None
+                                           else c.get("error", "n/a")) for c in q.get("candidates", []))))
     rep.sections["model"] = graph.summary()
     rep.sections["fit_check"] = fit
     rep.add("arena_bytes", gen.plan.arena_bytes, "B", "exact", "buffer-lifetime planner (no reuse: %d B)" % gen.plan.naive_bytes)
-    rep.add("weights_bytes", graph.weight_bytes(), "B", "exact", "int8 weights + int32 bias/multipliers + int8 shifts")
+    rep.add("weights_bytes", graph.weight_bytes(), "B", "exact", "int8 weights + int32 bias/multipliers + int8 shifts"
+            + (" (+ tanh table)" if any(op.kind == "tanh16" for op in graph.ops) else ""))
     macs = sum(op.macs(graph.tensors) for op in graph.ops if op.kind in ("fc", "fc16", "conv"))
     rep.add("macs_per_inference", macs, "MAC", "exact", "sum over fc/conv ops")
 
     rng = np.random.default_rng(opts["seed"])
-    in_shape = graph.tensors[graph.input].shape
-    x_int8 = rng.integers(-128, 128, size=(opts["n_check"],) + tuple(in_shape[1:])).astype(np.int8)
+    tin = graph.tensors[graph.input]
+    in_shape = tin.shape
+    x_q = rng.integers(tin.qmin, tin.qmax + 1, size=(opts["n_check"],) + tuple(in_shape[1:])).astype(tin.np_dtype)
 
     # 1. host C == reference, two optimisation levels
-    host = simulate.host_check(graph, gen, x_int8)
+    host = simulate.host_check(graph, gen, x_q)
     rep.sections["host_simulation"] = host
     rep.add("host_bit_exact", host["bit_exact"], "", "measured-host",
-            "gcc %s, %d random int8 inputs vs NumPy reference" % (" ".join(simulate.CFLAGS), len(x_int8)))
+            "gcc %s, %d random %s inputs vs NumPy reference" % (" ".join(simulate.CFLAGS), len(x_q), tin.dtype))
     if not host["bit_exact"]:
         raise TargetError("generated C differs from the NumPy reference on the host (%s): not deploying"
                           % {k: v["mismatches"] for k, v in host["builds"].items()})
@@ -156,12 +172,15 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         if opts["fp32_onnx"]:
             agree = fp32_agreement(graph, opts["fp32_onnx"], xf[:1000])
             rep.add("decision_agreement_fp32", agree, "", "measured-host",
-                    "argmax of int8 reference vs fp32 ONNX on %d eval inputs" % len(xf))
+                    "argmax of the %s integer reference vs fp32 ONNX on %d eval inputs" % (graph.activation_dtype, len(xf[:1000])))
+            for c in (rep.sections.get("quantization") or {}).get("candidates", []):
+                if "error" not in c and Path(c["path"]).is_file():    # what each candidate does on the same states
+                    c["agreement_eval"] = fp32_agreement(parse.parse(c["path"]), opts["fp32_onnx"], xf[:1000])
 
     # 3. rv32imc instruction-level simulation
     clock = get("clock_hz")
     if opts["rv32"] and (rv32.available() or _require_tools()):
-        r = rv32.rv32_check(graph, gen, x_int8[:min(100, len(x_int8))])
+        r = rv32.rv32_check(graph, gen, x_q[:min(100, len(x_q))])
         rep.sections["rv32_simulation"] = r
         n = r["instructions"]["mean"]
         rep.add("rv32_bit_exact", r["bit_exact"], "", "measured-host", "unicorn rv32imc vs NumPy reference")
@@ -190,7 +209,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
 
     # 4. TFLite Micro baseline
     if opts["tflm"] and (tflm.available() or _require_tools()):
-        tb = tflm_baseline(graph, gen, x_int8, opts, out)
+        tb = tflm_baseline(graph, gen, x_q, opts, out)
         rep.sections["tflm_baseline"] = tb
         if "skipped" not in tb:
             rep.add("tflm_arena_bytes", tb["arena_bytes"], "B", "measured-host",
@@ -224,7 +243,7 @@ def fp32_agreement(graph, fp32_onnx, xf) -> float:
     return float((yq.argmax(1) == yf.argmax(1)).mean())
 
 
-def tflm_baseline(graph, gen, x_int8, opts, out) -> dict:
+def tflm_baseline(graph, gen, x_q, opts, out) -> dict:
     """Same parameters in TFLite Micro: outputs, arena, flash, host instructions (callgrind)."""
     from . import reference as R
     try:
@@ -238,9 +257,9 @@ def tflm_baseline(graph, gen, x_int8, opts, out) -> dict:
         mp.write_bytes(buf)
         ar = tflm.find_arena(mp, d)
         res.update(ar)
-        n = min(200, len(x_int8))
-        y = tflm.run(mp, tflm.to_tflm_input(graph, x_int8[:n]), d, ar["arena_bytes"]).reshape(n, -1)
-        ref = R.run(graph, x_int8[:n])
+        n = min(200, len(x_q))
+        y = tflm.run(mp, tflm.to_tflm_input(graph, x_q[:n]), d, ar["arena_bytes"]).reshape(n, -1)
+        ref = R.run(graph, x_q[:n])
         ref = (ref.transpose(0, 2, 3, 1) if ref.ndim == 4 else ref).reshape(n, -1)
         diff = np.abs(y.astype(np.int64) - ref.astype(np.int64))
         res["outputs"] = {"n_inputs": n, "bit_exact": bool(diff.max() == 0), "max_lsb": int(diff.max()),
@@ -249,8 +268,8 @@ def tflm_baseline(graph, gen, x_int8, opts, out) -> dict:
         if opts["callgrind"] and (shutil_which("valgrind") or _require_tools()):
             k = opts["n_callgrind"]
             res["instructions_per_inference"] = {
-                "ours": simulate.host_callgrind(gen, x_int8, k),
-                "tflm": tflm.tflm_callgrind(mp, tflm.to_tflm_input(graph, x_int8), d, ar["arena_bytes"], k),
+                "ours": simulate.host_callgrind(gen, x_q, k),
+                "tflm": tflm.tflm_callgrind(mp, tflm.to_tflm_input(graph, x_q), d, ar["arena_bytes"], k),
                 "how": "valgrind callgrind, x86-64 host, inclusive instructions of %s_invoke (gcc -O2) vs "
                        "tflite::MicroInterpreter::Invoke (pip tflite-micro), mean over %d inputs" % (gen.prefix, k)}
             ipi = res["instructions_per_inference"]
