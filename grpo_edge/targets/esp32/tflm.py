@@ -1,5 +1,10 @@
-"""TFLite Micro baseline: the SAME int8 parameters written as a .tflite (tflite-micro's bundled
+"""TFLite Micro baseline: the SAME int8 (or 16x8) parameters written as a .tflite (tflite-micro's bundled
 model_editor, no TensorFlow), run in TFLM's MicroInterpreter (pip `tflite-micro`).
+
+16x8 graphs (int16 activations, zero point 0; int8 per-channel weights) map to FULLY_CONNECTED int16
+with an INT32 bias (TFLM then uses the same int32 accumulator + double rounding as our C) and TANH
+int16 (output scale 2^-15). TFLM's ARG_MAX has no int16 kernel, so a 16x8 graph ending in argmax
+cannot run there (TargetError).
 
 Compared with our C: outputs (bit-exact or the largest LSB difference with the reason), host
 instructions per inference (valgrind callgrind: MicroInterpreter::Invoke vs <prefix>_invoke), RAM
@@ -22,6 +27,8 @@ import numpy as np
 from grpo_edge.errors import TargetError
 
 TFLM_RUNTIME_FLASH = (10_000, 20_000)    # bytes: TFLM framework code, public figure (notes/anchors.md)
+REASON_ARGMAX16 = ("TFLM's ARG_MAX takes float32/int8 only (arg_min_max.cc fails at Invoke on INT16), "
+                   "so a 16x8 graph ending in argmax has no TFLM equivalent")
 REASON_TANH = ("TFLM computes int8 TANH/LOGISTIC with gemmlowp fixed-point at fixed output scales "
                "(1/128, 1/256) then a QUANTIZE to the model's scale; we use a 256-entry table of "
                "quantize(f(dequantize(q))), which matches onnxruntime exactly")
@@ -55,10 +62,14 @@ class _Builder:
         shape = _nhwc(info.shape) if shape is None else shape
         q = self.me.Quantization(scales=[float(info.scale if scale is None else scale)],
                                  zero_points=[int(info.zero_point if zp is None else zp)])
-        t = self.me.Tensor(shape=shape, dtype=self.tfl.TensorType.INT8 if dtype is None else dtype,
-                           quantization=q, name=name)
+        if dtype is None:             # the graph's type; helper tensors (pads, transposes) take the activations'
+            dtype = self._type(info.dtype if info is not None else self.g.activation_dtype)
+        t = self.me.Tensor(shape=shape, dtype=dtype, quantization=q, name=name)
         self.t[name] = t
         return t
+
+    def _type(self, dtype):
+        return {"int8": self.tfl.TensorType.INT8, "int16": self.tfl.TensorType.INT16}[dtype]
 
     def const(self, arr, name, dtype, scales=None, axis=None):
         q = None
@@ -94,7 +105,7 @@ class _Builder:
             a = op.attrs
             x = op.inputs[0]
             out = g.tensors[op.output]
-            if op.kind == "fc":
+            if op.kind in ("fc", "fc16"):     # fc16: int16 in/out via act(); the INT32 bias picks TFLM's int32 accumulator
                 w = a["weights"]
                 s_in = g.tensors[x].scale
                 wt = self.const(w, "w%d" % i, I8, a["weight_scales"], 0)
@@ -141,6 +152,8 @@ class _Builder:
                     else:
                         ins.append(self.act(t))
                 self.op(B.ADD, ins, [self.act(op.output)], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
+            elif op.kind == "tanh16":         # int16 in/out, zero point 0, output scale 2^-15 (checked by the parser)
+                self.op(B.TANH, [self.act(x)], [self.act(op.output)])
             elif op.kind == "lut":
                 self._lut(i, op)
             elif op.kind in ("maxpool", "avgpool"):
@@ -148,6 +161,8 @@ class _Builder:
             elif op.kind == "reshape":
                 self._reshape(i, op)
             elif op.kind == "argmax":
+                if g.tensors[x].dtype != "int8":
+                    raise TargetError("no TFLM baseline for this 16x8 model: %s (node %r)" % (REASON_ARGMAX16, op.name))
                 axis = self.const(np.array([len(g.tensors[x].shape) - 1], np.int32), "axis%d" % i, I32)
                 o = self.me.Tensor(shape=(1,), dtype=I32, name=op.output)
                 self.t[op.output] = o
@@ -239,8 +254,12 @@ def to_tflite(graph):
 
 
 def to_tflm_input(graph, x_int8):
-    """(B, ONNX layout) -> (B, TFLite layout)."""
-    return x_int8.transpose(0, 2, 3, 1) if x_int8.ndim == 4 else x_int8
+    """(B, ONNX layout) -> (B, TFLite layout), in the model input's type (int8, or int16 for 16x8:
+    TFLM's set_input wants the exact dtype; int8 values widen losslessly)."""
+    x, dt = np.asarray(x_int8), graph.tensors[graph.input].np_dtype
+    if x.dtype != dt and np.can_cast(x.dtype, dt):
+        x = x.astype(dt)
+    return x.transpose(0, 2, 3, 1) if x.ndim == 4 else x
 
 
 RUNNER = r"""
