@@ -53,9 +53,11 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     options.setdefault("fp32_onnx", str(fp32))
     options.setdefault("prefix", str(state.get("task", "model")).replace("-", "_"))
     options.setdefault("quantization", choice)
+    task = task_from_state(state, seed=EVAL_SEED)
     if options.get("eval_inputs") is None:
-        task = task_from_state(state, seed=EVAL_SEED)
         options["eval_inputs"] = np.asarray(task_inputs(task, 1000, policy=model), dtype=np.float32)
+    if options.get("task") is None and getattr(task, "kind", None) == "control":
+        options["task"] = task            # closed-loop score of the integer model (control tasks: fast)
     return Path(choice["chosen_path"]), options
 
 

@@ -25,7 +25,7 @@ CODE_PER_OP = 400                    # bytes of rv32 code per generated op (obse
 
 DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
             "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None,
-            "quantization": None}
+            "quantization": None, "task": None}
 
 
 def _profile(profile):
@@ -173,6 +173,12 @@ def deploy(source, profile, out_dir, options=None) -> Report:
             agree = fp32_agreement(graph, opts["fp32_onnx"], xf[:1000])
             rep.add("decision_agreement_fp32", agree, "", "measured-host",
                     "argmax of the %s integer reference vs fp32 ONNX on %d eval inputs" % (graph.activation_dtype, len(xf[:1000])))
+            if opts["task"] is not None:
+                m = task_metrics(graph, opts["task"], opts["fp32_onnx"])
+                name = getattr(opts["task"], "metric_name", "metric")
+                rep.add("task_metric_fp32", m["fp32"], name, "measured-host", "fp32 ONNX as the policy, task evaluation")
+                rep.add("task_metric_integer", m["integer"], name, "measured-host",
+                        "the %s integer reference (the C's arithmetic) as the policy, same evaluation" % graph.activation_dtype)
             for c in (rep.sections.get("quantization") or {}).get("candidates", []):
                 if "error" not in c and Path(c["path"]).is_file():    # what each candidate does on the same states
                     c["agreement_eval"] = fp32_agreement(parse.parse(c["path"]), opts["fp32_onnx"], xf[:1000])
@@ -241,6 +247,21 @@ def fp32_agreement(graph, fp32_onnx, xf) -> float:
     t = graph.tensors[graph.input]
     yq = R.run(graph, R.quantize(xf, t.scale, t.zero_point, t.dtype)).reshape(len(xf), -1)
     return float((yq.argmax(1) == yf.argmax(1)).mean())
+
+
+def task_metrics(graph, task, fp32_onnx) -> dict:
+    """The task's own metric (e.g. CartPole return) with the fp32 model and with the integer reference
+    driving the task: decisions that differ only where the policy is indifferent cost nothing here."""
+    from grpo_edge.bench.runtime import ArrayPolicy, onnx_policy, task_metric
+    from . import reference as R
+    tin, tout = graph.tensors[graph.input], graph.tensors[graph.output]
+    shape = tuple(tin.shape[1:])
+
+    def integer(x):
+        q = R.quantize(x.reshape((-1,) + shape), tin.scale, tin.zero_point, tin.dtype)
+        return R.dequantize(R.run(graph, q), tout.scale, tout.zero_point).reshape(len(x), -1)
+    return {"fp32": task_metric(task, onnx_policy(fp32_onnx, reference=True)),
+            "integer": task_metric(task, ArrayPolicy(integer, name="integer reference"))}
 
 
 def tflm_baseline(graph, gen, x_q, opts, out) -> dict:

@@ -21,8 +21,9 @@ Op kinds and their attrs:
 
 16x8 graphs (TFLite's int16-activation mode, for small models whose decisions int8 activations flip):
 every activation tensor is int16 with zero point 0 (the argmax output stays int8), weights int8.
-  fc16      weights (OUT, IN) int8, bias (OUT,) int64, multiplier/shift (OUT,), activation_min/max;
-            acc = sum(w * x) + bias in int64, out = MultiplyByQuantizedMultiplier(int64 acc) (no offsets)
+  fc16      weights (OUT, IN) int8, bias (OUT,) int32, multiplier/shift (OUT,), activation_min/max;
+            acc = sum(w * x) + bias in int32 (proven not to overflow), the int8 requantization, no offsets
+            (TFLM: an int32 bias selects its int32 accumulator)
   tanh16    input_multiplier, input_left_shift: TFLM's int16 tanh (sigmoid table + interpolation);
   sigmoid16 output scale 1/32768, zero point 0
 """
