@@ -10,11 +10,12 @@
 #include "grpo_app.h"
 #include "grpo_model.h"   /* generated: maps GRPO_MODEL_* to the prefixed model API */
 
-uint32_t grpo_fnv1a(uint32_t h, const int8_t *p, int n)
+uint32_t grpo_fnv1a(uint32_t h, const void *data, int n_bytes)
 {
+    const uint8_t *p = (const uint8_t *)data;
     int i;
-    for (i = 0; i < n; ++i) {
-        h ^= (uint32_t)(uint8_t)p[i];
+    for (i = 0; i < n_bytes; ++i) {
+        h ^= (uint32_t)p[i];
         h *= 16777619u;
     }
     return h;
@@ -48,7 +49,7 @@ static char *put_hex32(char *d, uint32_t v)
 
 int grpo_app_run(int repeats)
 {
-    static int8_t out[GRPO_MODEL_OUTPUT_SIZE];
+    static grpo_model_output_t out[GRPO_MODEL_OUTPUT_SIZE];   /* int8_t or int16_t (16x8 models) */
     char line[160];
     char *d;
     uint32_t h = 2166136261u;
@@ -58,7 +59,7 @@ int grpo_app_run(int repeats)
 
     for (i = 0; i < GRPO_TESTVEC_COUNT; ++i) {
         GRPO_MODEL_INVOKE(GRPO_TESTVEC_IN + (long)i * GRPO_MODEL_INPUT_SIZE, out);
-        h = grpo_fnv1a(h, out, GRPO_MODEL_OUTPUT_SIZE);
+        h = grpo_fnv1a(h, out, (int)sizeof out);
     }
     ok = h == GRPO_TESTVEC_CHECKSUM;
     d = put_str(line, "GRPO_EDGE model=" GRPO_MODEL_NAME " vectors=");

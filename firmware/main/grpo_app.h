@@ -12,8 +12,9 @@ extern "C" {
 void grpo_platform_write(const char *line);
 int64_t grpo_platform_time_us(void);
 
-/* FNV-1a over int8 outputs: the checksum the firmware prints and `grpo-edge flash` checks. */
-uint32_t grpo_fnv1a(uint32_t h, const int8_t *p, int n);
+/* FNV-1a over the output bytes as they lie in memory (int8, or little-endian int16 for 16x8 models):
+   the checksum the firmware prints and `grpo-edge flash` checks. */
+uint32_t grpo_fnv1a(uint32_t h, const void *data, int n_bytes);
 
 /* Run the built-in test vectors once (checksum line), then `repeats` timed passes (timing line).
    Returns 0 when the checksum matches the one computed by the NumPy reference at deploy time. */

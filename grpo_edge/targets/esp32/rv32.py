@@ -83,11 +83,14 @@ def section_sizes(elf_path) -> dict:
 class Machine:
     """One loaded ELF in unicorn; call invoke(x) repeatedly."""
 
-    def __init__(self, elf_path, prefix, in_size, out_size):
+    def __init__(self, elf_path, prefix, in_size, out_size, in_dtype="int8", out_dtype="int8"):
+        """in_size / out_size: elements of in_dtype / out_dtype ("int8" | "int16")."""
         from elftools.elf.elffile import ELFFile
         from unicorn import UC_ARCH_RISCV, UC_MODE_RISCV32, Uc
         self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
-        self.in_size, self.out_size = in_size, out_size
+        self.in_dtype, self.out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        in_size, out_size = in_size * self.in_dtype.itemsize, out_size * self.out_dtype.itemsize
+        self.in_size, self.out_size = in_size, out_size        # bytes
         with open(elf_path, "rb") as f:
             elf = ELFFile(f)
             for seg in elf.iter_segments():
@@ -101,13 +104,17 @@ class Machine:
             self.entry = syms.get_symbol_by_name(prefix + "_invoke")[0]["st_value"]
             gp = syms.get_symbol_by_name("__global_pointer$")
             self.gp = gp[0]["st_value"] if gp else 0
-        io = (in_size + out_size + 0xFFF) & ~0xFFF
+        io = (self.out_offset() + out_size + 0xFFF) & ~0xFFF
         self.uc.mem_map(IO_BASE, max(io, 0x1000))
         self.uc.mem_map(STACK_TOP - STACK_SIZE, STACK_SIZE)
         self.uc.mem_map(SENTINEL, 0x1000)
         self._blocks = {}
         self.count = 0
         self._hook = None
+
+    def out_offset(self) -> int:
+        """The output buffer follows the input, 4-byte aligned."""
+        return (self.in_size + 3) & ~3
 
     def _count_block(self, uc, addr, size, _):
         n = self._blocks.get((addr, size))
@@ -121,15 +128,15 @@ class Machine:
         self.count += n
 
     def invoke(self, x: np.ndarray, count=False):
-        """Run <prefix>_invoke on one int8 input; returns (output, instructions or None, stack bytes)."""
+        """Run <prefix>_invoke on one input; returns (output, instructions or None, stack bytes)."""
         from unicorn import UC_HOOK_BLOCK
         from unicorn.riscv_const import (UC_RISCV_REG_A0, UC_RISCV_REG_A1, UC_RISCV_REG_GP, UC_RISCV_REG_RA,
                                          UC_RISCV_REG_SP)
         uc = self.uc
-        uc.mem_write(IO_BASE, np.ascontiguousarray(x, dtype=np.int8).tobytes())
+        uc.mem_write(IO_BASE, np.ascontiguousarray(x, dtype=self.in_dtype).tobytes())
         uc.mem_write(STACK_TOP - STACK_SIZE, bytes([STACK_FILL]) * STACK_SIZE)
         for reg, v in ((UC_RISCV_REG_SP, STACK_TOP - 16), (UC_RISCV_REG_RA, SENTINEL), (UC_RISCV_REG_GP, self.gp),
-                       (UC_RISCV_REG_A0, IO_BASE), (UC_RISCV_REG_A1, IO_BASE + self.in_size)):
+                       (UC_RISCV_REG_A0, IO_BASE), (UC_RISCV_REG_A1, IO_BASE + self.out_offset())):
             uc.reg_write(reg, v)
         self.count = 0
         h = uc.hook_add(UC_HOOK_BLOCK, self._count_block) if count else None
@@ -140,32 +147,33 @@ class Machine:
         finally:
             if h is not None:
                 uc.hook_del(h)
-        y = np.frombuffer(bytes(uc.mem_read(IO_BASE + self.in_size, self.out_size)), dtype=np.int8).copy()
+        y = np.frombuffer(bytes(uc.mem_read(IO_BASE + self.out_offset(), self.out_size)), dtype=self.out_dtype).copy()
         stack = bytes(uc.mem_read(STACK_TOP - STACK_SIZE, STACK_SIZE))
         used = STACK_SIZE - next((i for i, b in enumerate(stack) if b != STACK_FILL), STACK_SIZE)
         return y, (self.count if count else None), used
 
 
-def rv32_check(graph, gen, x_int8: np.ndarray, n_counted: int = 3) -> dict:
-    """Cross-build, run every input in the simulator, compare with the reference, count instructions."""
+def rv32_check(graph, gen, x_q: np.ndarray, n_counted: int = 3) -> dict:
+    """Cross-build, run every input (of the graph's input type) in the simulator, compare with the
+    reference, count instructions."""
     from . import reference as R
     if not available():
         raise TargetError(missing_reason())
-    ref = R.run(graph, x_int8).reshape(len(x_int8), -1)
-    in_size, out_size = graph.tensors[graph.input].size, graph.tensors[graph.output].size
+    ref = R.run(graph, x_q).reshape(len(x_q), -1)
+    tin, tout = graph.tensors[graph.input], graph.tensors[graph.output]
     with tempfile.TemporaryDirectory(prefix="esp32rv_") as d:
         elf = build(gen, d)
         sizes = section_sizes(elf)
-        m = Machine(elf, gen.prefix, in_size, out_size)
+        m = Machine(elf, gen.prefix, tin.size, tout.size, tin.dtype, tout.dtype)
         outs, counts, stack = [], [], 0
-        for i, x in enumerate(x_int8):
+        for i, x in enumerate(x_q):
             y, c, s = m.invoke(x.reshape(-1), count=i < n_counted)
             outs.append(y)
             stack = max(stack, s)
             if c is not None:
                 counts.append(c)
     y = np.stack(outs)
-    return {"n_inputs": int(len(x_int8)), "bit_exact": bool(np.array_equal(y, ref)),
+    return {"n_inputs": int(len(x_q)), "bit_exact": bool(np.array_equal(y, ref)),
             "mismatches": int((y != ref).sum()),
             "instructions": {"min": int(min(counts)), "max": int(max(counts)),
                              "mean": float(np.mean(counts)), "n_counted": len(counts)},

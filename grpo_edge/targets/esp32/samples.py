@@ -3,7 +3,9 @@
     python -m grpo_edge.targets.esp32.samples OUT_DIR     # writes mlp/resnet/... .int8.onnx
 
 Quantization matches what the export step produces: QuantFormat.QDQ, per_channel=True, QInt8
-activations and weights (weights symmetric), calibrated on seeded random inputs.
+activations and weights (weights symmetric), calibrated on seeded random inputs. The 16x8 samples
+(INT16_NAMES: int16 activations, int8 weights) go through the export step itself
+(grpo_edge.export.onnx2int8 with activations="int16"); their file is still named <name>.int8.onnx.
 """
 import sys
 from pathlib import Path
@@ -74,12 +76,13 @@ def _modules():
         def forward(self, x):
             return x * x + torch.sin(x)
 
-    return {"mlp": (MLP, (1, 4)), "mlp_relu": (lambda: MLP(activation="relu"), (1, 4)),
+    return {"mlp": (MLP, (1, 4)), "mlp_relu": (lambda: MLP(activation="relu"), (1, 4)), "mlp16": (MLP, (1, 4)),
             "resnet": (ResNet, (1, 1, 8, 8)), "pools": (Pools, (1, 2, 9, 9)), "softmax": (Classifier, (1, 4)),
             "unsupported": (Unsupported, (1, 4))}
 
 
-NAMES = ("mlp", "mlp_relu", "resnet", "pools", "softmax", "unsupported")
+NAMES = ("mlp", "mlp_relu", "resnet", "pools", "softmax", "unsupported", "mlp16")
+INT16_NAMES = ("mlp16",)       # the tanh MLP quantized with int16 activations (TFLite 16x8)
 
 
 def calibration(shape, n=64, seed=0):
@@ -101,6 +104,10 @@ def build(name: str, out_dir, seed: int = 0) -> Path:
     torch.onnx.export(model, (torch.randn(*shape),), str(fp32), dynamo=False, opset_version=17,
                       input_names=["x"], output_names=["y"])
     data = calibration(shape, seed=seed)
+    if name in INT16_NAMES:
+        from grpo_edge.export.onnx2int8 import onnx2int8
+        onnx2int8(fp32, calibration(shape, n=256, seed=seed), int8, activations="int16")
+        return int8
 
     class Reader(CalibrationDataReader):
         def __init__(self):

@@ -29,7 +29,8 @@ def harness_c(models: Sequence) -> str:
         body.append(
             "    if (fread(&n, sizeof n, 1, stdin) != 1) return 2;\n"
             "    for (i = 0; i < n; ++i) {\n"
-            "        static int8_t x[%(P)s_INPUT_SIZE], y[%(P)s_OUTPUT_SIZE];\n"
+            "        static %(p)s_input_t x[%(P)s_INPUT_SIZE];\n"
+            "        static %(p)s_output_t y[%(P)s_OUTPUT_SIZE];\n"
             "        if (fread(x, 1, sizeof x, stdin) != sizeof x) return 3;\n"
             "        %(p)s_invoke(x, y);\n"
             "        if (fwrite(y, 1, sizeof y, stdout) != sizeof y) return 4;\n"
@@ -63,18 +64,19 @@ def build_host(models: Sequence, workdir, opt="O2", extra=()) -> Path:
 
 
 def run_host(exe, models: Sequence, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
-    """Run a harness binary; inputs[j] is (B, ...) int8 for models[j]. Returns outputs (B, out_size)."""
+    """Run a harness binary; inputs[j] is (B, ...) of models[j]'s input type (int8 or int16).
+    Returns outputs (B, out_size) of each model's output type."""
     blob = b""
     for g, x in zip(models, inputs):
-        x = np.ascontiguousarray(x, dtype=np.int8).reshape(len(x), -1)
+        x = np.ascontiguousarray(x, dtype=g.input_dtype).reshape(len(x), -1)
         blob += np.int32(len(x)).tobytes() + x.tobytes()
     r = subprocess.run([str(exe)], input=blob, capture_output=True, timeout=300)
     if r.returncode != 0:
         raise TargetError("simulated model exited with code %d" % r.returncode)
     outs, pos = [], 0
     for g, x in zip(models, inputs):
-        n = len(x) * _out_size(g)
-        outs.append(np.frombuffer(r.stdout[pos:pos + n], dtype=np.int8).reshape(len(x), -1))
+        n = len(x) * _out_size(g) * np.dtype(g.output_dtype).itemsize
+        outs.append(np.frombuffer(r.stdout[pos:pos + n], dtype=g.output_dtype).reshape(len(x), -1))
         pos += n
     return outs
 
@@ -85,14 +87,15 @@ def _out_size(gen) -> int:
     return int(m.group(1))
 
 
-def host_check(graph, gen, x_int8: np.ndarray, opts=("O2", "O0-novec")) -> dict:
-    """Compile at each optimisation level, run on x_int8 (B, ...), compare with the reference."""
-    ref = R.run(graph, x_int8).reshape(len(x_int8), -1)
-    result = {"n_inputs": int(len(x_int8)), "builds": {}}
+def host_check(graph, gen, x_q: np.ndarray, opts=("O2", "O0-novec")) -> dict:
+    """Compile at each optimisation level, run on x_q (B, ...) of the graph's input type (int8, or
+    int16 for a 16x8 graph), compare with the reference."""
+    ref = R.run(graph, x_q).reshape(len(x_q), -1)
+    result = {"n_inputs": int(len(x_q)), "builds": {}}
     with tempfile.TemporaryDirectory(prefix="esp32sim_") as d:
         for opt in opts:
             exe = build_host([gen], d, opt)
-            y = run_host(exe, [gen], [x_int8])[0]
+            y = run_host(exe, [gen], [x_q])[0]
             diff = int(np.abs(y.astype(np.int64) - ref).max()) if y.size else 0
             result["builds"][opt] = {"bit_exact": bool(np.array_equal(y, ref)), "max_lsb": diff,
                                      "mismatches": int((y != ref).sum())}
@@ -109,7 +112,7 @@ def ort_session(onnx_path_or_bytes, extra_outputs=()):
     have = {o.name for o in m.graph.output}
     for n in extra_outputs:
         if n not in have:
-            m.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, None))
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))   # int8 or int16: ORT infers
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
@@ -144,10 +147,11 @@ def ort_check(graph, onnx_path, x_float: np.ndarray) -> dict:
     return out
 
 
-def host_callgrind(gen, x_int8: np.ndarray, n_calls: int = 20) -> float:
-    """Host (x86-64, gcc -O2) instructions per <prefix>_invoke, inclusive, under valgrind callgrind."""
+def host_callgrind(gen, x_q: np.ndarray, n_calls: int = 20) -> float:
+    """Host (x86-64, gcc -O2) instructions per <prefix>_invoke, inclusive, under valgrind callgrind;
+    x_q of the model's input type."""
     from .tflm import callgrind_instructions
-    x = np.ascontiguousarray(x_int8[:n_calls], dtype=np.int8).reshape(min(n_calls, len(x_int8)), -1)
+    x = np.ascontiguousarray(x_q[:n_calls], dtype=gen.input_dtype).reshape(min(n_calls, len(x_q)), -1)
     with tempfile.TemporaryDirectory(prefix="esp32cg_") as d:
         exe = build_host([gen], d, "O2", extra=["-g"])
         inp = Path(d) / "in.bin"

@@ -1,0 +1,301 @@
+"""16x8 (int16 activations, int8 weights) on the C side: generated C == NumPy reference bit for bit.
+
+Per op (fully connected, tanh over all 65,536 int16 inputs, argmax over int16), a whole 16x8 MLP at
+-O2 and -O0, the rv32imc simulation, the header's int16 API, the firmware app, and the export-time
+rejections (int32 accumulator overflow, mixed int8/int16 activations).
+"""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from grpo_edge.errors import ExportError
+from grpo_edge.targets.esp32 import codegen, firmware, parse, rv32, samples, simulate
+from grpo_edge.targets.esp32 import reference as R
+from grpo_edge.targets.esp32.int16_ref import TANH_OUTPUT_SCALE, tanh_params, to_16x8
+from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
+
+SEED = 1616
+CARTPOLE_16X8 = "/tmp/diag/cartpole-seed2/m_int16_gptq.onnx"
+
+
+def need(ok, reason):
+    if not ok:
+        if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
+            pytest.fail("required tool missing: " + reason)
+        pytest.skip(reason)
+
+
+def _t16(name, shape, scale):
+    return TensorInfo(name, tuple(shape), float(np.float32(scale)), 0, "int16")
+
+
+def _graph(tensors, ops):
+    ts = {t.name: t for t in tensors}
+    return Graph(ts, ops, tensors[0].name, ops[-1].output, model_hash="test16")
+
+
+def _int16(rng, shape):
+    """Full-range int16 inputs, with the extremes (-32768, 32767, 0) in the first rows."""
+    x = rng.integers(-32768, 32768, size=shape).astype(np.int16)
+    for row, v in enumerate((-32768, 32767, 0)):
+        if row < len(x):
+            x[row] = v
+    return x
+
+
+def _fc16_params(rng, s_in, n_in, n_out, out_scale):
+    w = rng.integers(-127, 128, size=(n_out, n_in)).astype(np.int8)
+    s_w = rng.uniform(0.001, 0.05, n_out).astype(np.float32)
+    mult, shift = zip(*[R.quantize_multiplier(float(s_in) * float(s) / out_scale) for s in s_w])
+    lo, hi = sorted(int(v) for v in rng.integers(-32768, 32768, size=2)) if rng.random() < 0.3 else (-32768, 32767)
+    return {"weights": w, "bias": rng.integers(-(1 << 20), 1 << 20, n_out).astype(np.int32), "weight_scales": s_w,
+            "multiplier": np.array(mult, np.int32), "shift": np.array(shift, np.int32),
+            "input_offset": 0, "output_offset": 0, "activation_min": lo, "activation_max": hi}
+
+
+def make_fc16(rng):
+    n_in, n_out = int(rng.integers(1, 70)), int(rng.integers(1, 40))
+    s_in = float(np.float32(rng.uniform(1e-5, 1e-3)))
+    # output scale around the accumulator's spread (x a random factor): saturating, tiny and mid outputs;
+    # sometimes a multiplier > 1 (positive shift)
+    spread = np.sqrt(n_in) * 73 * 18900 * s_in * 0.025 / 8000
+    out_scale = float(np.float32(spread * 10 ** rng.uniform(-1.5, 1.5)))
+    if rng.random() < 0.2:
+        out_scale = float(np.float32(s_in * 0.001 * 0.5))
+    x, y = _t16("x", (1, n_in), s_in), _t16("y", (1, n_out), out_scale)
+    return _graph([x, y], [Op("fc16", "fc", ["x"], "y", _fc16_params(rng, s_in, n_in, n_out, out_scale))])
+
+
+def make_tanh16(scale, n):
+    x, y = _t16("x", (1, n), scale), _t16("y", (1, n), TANH_OUTPUT_SCALE)
+    return _graph([x, y], [Op("tanh16", "tanh", ["x"], "y", tanh_params(x.scale))])
+
+
+def make_fc16_argmax(rng, ties):
+    """fc16 -> argmax (int16 logits, int8 index); with ties: repeated weight rows give equal logits."""
+    n_in, n_out = int(rng.integers(2, 20)), int(rng.integers(2, 12))
+    s_in = 1e-4
+    x, h = _t16("x", (1, n_in), s_in), _t16("h", (1, n_out), 1e-3)
+    a = _fc16_params(rng, s_in, n_in, n_out, h.scale)
+    a["activation_min"], a["activation_max"] = -32768, 32767
+    if ties:
+        a["weights"][1::2] = a["weights"][0]
+        a["bias"][:] = a["bias"][0]
+        a["multiplier"][:], a["shift"][:] = a["multiplier"][0], a["shift"][0]
+    y = TensorInfo("y", (1, 1), 1.0, 0, "int8")
+    return _graph([x, h, y], [Op("fc16", "fc", ["x"], "h", a), Op("argmax", "argmax", ["h"], "y", {})])
+
+
+# scales for the exhaustive tanh: 2^-12 and 2^-11 (TFLM's input_multiplier == 0 case), 2^-10 (a power
+# of two outside it), a calibrated hidden-layer scale, a coarse one, and 8.0 (the int64 rescale path)
+EXHAUSTIVE_TANH_SCALES = {"pot12": 2.0 ** -12, "pot11": 2.0 ** -11, "pot10": 2.0 ** -10,
+                          "calib": 3.2286759960697964e-05, "coarse": 0.0123, "wide": 8.0}
+
+
+def _cases():
+    rng = np.random.default_rng(SEED)
+    cases = [("fc%d" % i, make_fc16(rng)) for i in range(30)]
+    cases += [("tanh%d" % i, make_tanh16(float(np.float32(10 ** rng.uniform(-6, 0.5))), int(rng.integers(1, 80))))
+              for i in range(20)]
+    cases += [("am%d" % i, make_fc16_argmax(rng, ties=i % 2 == 1)) for i in range(6)]
+    return cases
+
+
+def _sanitizers_work(tmp_path):
+    src = tmp_path / "t.c"
+    src.write_text("int main(void) { return 0; }\n")
+    r = subprocess.run([simulate.gcc(), "-fsanitize=address,undefined", "-o", str(tmp_path / "t"), str(src)],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+def test_tanh16_params_cover_both_paths():
+    assert tanh_params(2.0 ** -12) == {"input_multiplier": 0, "input_left_shift": 0}
+    assert tanh_params(2.0 ** -11) == {"input_multiplier": 0, "input_left_shift": 1}
+    assert tanh_params(EXHAUSTIVE_TANH_SCALES["calib"])["input_multiplier"] > 0
+    src = codegen.generate(make_tanh16(8.0, 4), "w").source
+    assert "int64_t v64" in src                       # 32768 * multiplier does not fit int32 there
+    assert "int64_t v64" not in codegen.generate(make_tanh16(2.0 ** -10, 4), "n").source
+
+
+@pytest.mark.parametrize("opt", ["O2", "O0-novec", "sanitize"])
+def test_every_int16_kernel_matches_reference_bit_for_bit(tmp_path, opt):
+    """fc16 / tanh16 / argmax over int16, random shapes and parameters, plus tanh16 over every int16
+    input at several input scales; all single-op models linked into one harness.
+    'sanitize': -O1 with AddressSanitizer + UBSan (no signed overflow in the int32 arithmetic)."""
+    extra = ()
+    if opt == "sanitize":
+        if not _sanitizers_work(tmp_path):
+            pytest.skip("gcc sanitizer runtimes (libasan/libubsan) not installed")
+        opt, extra = "O0-novec", ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    rng = np.random.default_rng(SEED + 1)
+    every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, -1)
+    cases = _cases() + [("all_" + n, make_tanh16(s, every.size)) for n, s in EXHAUSTIVE_TANH_SCALES.items()]
+    names = [n for n, _ in cases]
+    graphs = [g for _, g in cases]
+    gens = [codegen.generate(g, "k16_" + n) for n, g in cases]
+    inputs = [every if n.startswith("all_") else _int16(rng, (24,) + g.tensors[g.input].shape[1:]) for n, g in cases]
+    refs = [R.run(g, x).reshape(len(x), -1) for g, x in zip(graphs, inputs)]
+    exe = simulate.build_host(gens, tmp_path, opt, extra=extra)
+    outs = simulate.run_host(exe, gens, inputs)
+    for y, r, g in zip(outs, refs, graphs):
+        assert y.dtype == g.tensors[g.output].np_dtype
+    bad = [n for n, y, r in zip(names, outs, refs) if not np.array_equal(y, r)]
+    assert not bad, "C differs from the reference for %s" % bad
+    # the tanh outputs span the whole range and the argmax ties really occur
+    tanh_all = outs[names.index("all_pot12")]
+    assert tanh_all.min() == -32767 and tanh_all.max() == 32767
+
+
+def test_argmax_ties_pick_the_first_index():
+    rng = np.random.default_rng(3)
+    g = make_fc16_argmax(rng, ties=True)
+    x = _int16(rng, (50, g.tensors["x"].shape[1]))
+    h = R.run(g, x, keep=True)["h"]
+    assert (h[:, 0] == h[:, 1]).all()
+    assert (R.run(g, x).reshape(-1) != 1).all()
+
+
+# ----------------------------------------------------------------------------- whole models
+
+@pytest.fixture(scope="module", params=["mlp16", "cartpole16"])
+def model16(request):
+    if request.param == "cartpole16":
+        if not os.path.isfile(CARTPOLE_16X8):
+            pytest.skip("%s not on this machine (the diag run's CartPole policy)" % CARTPOLE_16X8)
+        path = CARTPOLE_16X8
+    else:
+        path = samples.cached("mlp16")
+    g = parse.parse(path)
+    return request.param, g, codegen.generate(g, request.param)
+
+
+def test_16x8_mlp_host_bit_exact_at_o2_and_o0(model16):
+    name, g, gen = model16
+    assert [op.kind for op in g.ops] == ["fc16", "tanh16", "fc16", "tanh16", "fc16"]
+    assert g.activation_dtype == "int16"
+    x = _int16(np.random.default_rng(7), (1000,) + g.tensors[g.input].shape[1:])
+    res = simulate.host_check(g, gen, x)
+    assert res["n_inputs"] == 1000
+    assert set(res["builds"]) == {"O2", "O0-novec"}
+    assert res["bit_exact"], res
+
+
+def test_16x8_mlp_rv32_bit_exact(model16):
+    need(rv32.available(), rv32.missing_reason())
+    name, g, gen = model16
+    x = _int16(np.random.default_rng(8), (60,) + g.tensors[g.input].shape[1:])
+    res = rv32.rv32_check(g, gen, x, n_counted=2)
+    assert res["bit_exact"] and res["mismatches"] == 0, res
+    assert res["instructions"]["min"] > 0
+
+
+def test_16x8_header_declares_int16_api(model16):
+    name, g, gen = model16
+    h, c = gen.header, gen.source
+    assert "int %s_invoke(const int16_t *in, int16_t *out);" % name in h
+    assert "typedef int16_t %s_input_t;" % name in h and "typedef int16_t %s_output_t;" % name in h
+    assert "int16 values" in h and "int8 values" not in h
+    assert "TFLite int16 (16x8" in h and "TFLite int16 (16x8" in c
+    assert "int %s_invoke(const int16_t *in, int16_t *out)\n{" % name in c
+    assert c.count("%s_sigmoid16[256]" % name) == 1            # one table for both tanh ops
+    assert gen.input_dtype == gen.output_dtype == "int16"
+
+
+def test_int8_header_keeps_int8_api():
+    g = parse.parse(samples.cached("mlp"))
+    gen = codegen.generate(g, "m8")
+    assert "int m8_invoke(const int8_t *in, int8_t *out);" in gen.header
+    assert "typedef int8_t m8_input_t;" in gen.header and "typedef int8_t m8_output_t;" in gen.header
+    assert "TFLite int8 rules" in gen.header and "sigmoid16" not in gen.source and "halves" not in gen.source
+
+
+def test_16x8_with_argmax_outputs_int8(tmp_path):
+    """A 16x8 MLP with an argmax head: int16 input, int8 output, through host and header."""
+    import copy
+    g = copy.deepcopy(parse.parse(samples.cached("mlp16")))
+    g.tensors["action"] = TensorInfo("action", (1, 1), 1.0, 0, "int8")
+    g.ops.append(Op("argmax", "argmax", [g.output], "action", {}))
+    g.output = "action"
+    gen = codegen.generate(g, "am16")
+    assert "int am16_invoke(const int16_t *in, int8_t *out);" in gen.header
+    assert "typedef int8_t am16_output_t;" in gen.header
+    x = _int16(np.random.default_rng(9), (300, 4))
+    assert simulate.host_check(g, gen, x)["bit_exact"]
+
+
+def test_16x8_firmware_app_compiles_and_runs_on_host(model16, tmp_path):
+    name, g, gen = model16
+    fw = firmware.assemble(g, gen, tmp_path, n_vectors=5)
+    d, comp = fw["dir"], fw["component"]
+    tv = (comp / (name + "_testvec.c")).read_text()
+    assert "const %s_input_t %s_testvec_in[20]" % (name, name) in tv and "random int16 inputs" in tv
+    x, y, checksum = firmware.test_vectors(g, 5)
+    assert x.dtype == np.int16 and np.abs(x.astype(np.int64)).max() > 127
+    assert checksum == fw["checksum"] == firmware.fnv1a(y.astype("<i2").tobytes())
+    srcs = [d / "main" / "grpo_app.c", d / "main" / "main.c", d / "host" / "host_main.c",
+            comp / (name + "_model.c"), comp / (name + "_testvec.c")]
+    exe = tmp_path / "app"
+    subprocess.run([simulate.gcc(), "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2",
+                    "-DGRPO_TIMING_REPEATS=2", "-I", str(d / "host"), "-I", str(d / "main"), "-I", str(comp),
+                    "-o", str(exe)] + [str(s) for s in srcs], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    from grpo_edge.targets.esp32.flash import parse_line
+    res = {}
+    for line in out.splitlines():
+        res.update(parse_line(line))
+    assert res["status"] == "OK" and res["checksum"] == res["expected"] == fw["checksum"]
+    assert res["vectors"] == 5 and res["runs"] == 10 and res["done"]
+
+
+def test_16x8_firmware_cross_compiles_rv32(model16, tmp_path):
+    need(shutil.which(rv32.CROSS) is not None, rv32.missing_reason())
+    name, g, gen = model16
+    fw = firmware.assemble(g, gen, tmp_path, n_vectors=2)
+    d, comp = fw["dir"], fw["component"]
+    for src in (d / "main" / "grpo_app.c", comp / (name + "_model.c"), comp / (name + "_testvec.c")):
+        subprocess.run([rv32.CROSS] + rv32.RV_FLAGS + ["-c", "-I", str(d / "main"), "-I", str(comp),
+                                                       "-o", str(tmp_path / (src.stem + ".o")), str(src)], check=True)
+
+
+# ----------------------------------------------------------------------------- rejections
+
+def _fc_graph(n_in, w_value, dtypes=("int16", "int16")):
+    """x (1, n_in) -> fc 'big_fc' -> y (1, 2), as the parser leaves an fc before to_16x8."""
+    x = TensorInfo("x", (1, n_in), 1e-4, 0, dtypes[0])
+    y = TensorInfo("y", (1, 2), 1e-2, 0, dtypes[1])
+    a = {"weights": np.full((2, n_in), w_value, np.int8), "bias": np.zeros(2, np.int32),
+         "weight_scales": np.full(2, 0.01, np.float32), "multiplier": np.full(2, 1 << 30, np.int32),
+         "shift": np.full(2, -5, np.int32), "input_offset": 0, "output_offset": 0,
+         "activation_min": -128, "activation_max": 127}
+    return _graph([x, y], [Op("fc", "big_fc", ["x"], "y", a)])
+
+
+def test_fc16_accumulator_overflow_is_rejected_naming_the_node():
+    g = _fc_graph(600, 127)                           # 32768 * 127 * 600 > 2^31 - 1
+    with pytest.raises(ExportError, match="big_fc.*accumulator"):
+        to_16x8(g)
+    ok = _fc_graph(500, 127)                          # 32768 * 127 * 500 < 2^31 - 1
+    to_16x8(ok)
+    assert ok.ops[0].kind == "fc16" and ok.ops[0].attrs["activation_max"] == 32767
+    # codegen checks again for a hand-made fc16
+    bad = _fc_graph(600, -127)
+    bad.ops[0].kind = "fc16"
+    with pytest.raises(ExportError, match="big_fc.*overflow"):
+        codegen.generate(bad, "bad")
+
+
+def test_mixed_int8_int16_activations_are_rejected():
+    x = TensorInfo("x", (1, 4), 1e-4, 0, "int16")
+    h = TensorInfo("h", (1, 3), 0.05, 3, "int8")
+    y = TensorInfo("y", (1, 2), 1e-3, 0, "int16")
+    g = _fc_graph(4, 1)
+    a = dict(g.ops[0].attrs, weights=np.ones((3, 4), np.int8), bias=np.zeros(3, np.int32),
+             multiplier=np.full(3, 1 << 30, np.int32), shift=np.full(3, -5, np.int32))
+    g = _graph([x, h, y], [Op("fc", "fc1", ["x"], "h", a), Op("fc", "fc2", ["h"], "y", dict(g.ops[0].attrs,
+               weights=np.ones((2, 3), np.int8)))])
+    with pytest.raises(ExportError, match="'h'.*mixed int8/int16"):
+        to_16x8(g)
