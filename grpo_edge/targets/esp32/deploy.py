@@ -139,8 +139,9 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     rep.sections["model"] = graph.summary()
     rep.sections["fit_check"] = fit
     rep.add("arena_bytes", gen.plan.arena_bytes, "B", "exact", "buffer-lifetime planner (no reuse: %d B)" % gen.plan.naive_bytes)
-    rep.add("weights_bytes", graph.weight_bytes(), "B", "exact", "int8 weights + int32 bias/multipliers + int8 shifts"
-            + (" (+ tanh table)" if any(op.kind == "tanh16" for op in graph.ops) else ""))
+    table = 512 if any(op.kind == "tanh16" for op in graph.ops) else 0     # uint16 sigmoid table, once
+    rep.add("weights_bytes", graph.weight_bytes() + table, "B", "exact", "int8 weights + int32 bias/multipliers + shifts"
+            + (" + the 512-byte int16 tanh table" if table else ""))
     macs = sum(op.macs(graph.tensors) for op in graph.ops if op.kind in ("fc", "fc16", "conv"))
     rep.add("macs_per_inference", macs, "MAC", "exact", "sum over fc/conv ops")
 
@@ -167,7 +168,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         o = simulate.ort_check(graph, src, xf[:500])
         rep.sections["onnxruntime_check"] = o
         rep.add("ort_max_lsb_per_op", o["per_op_max_lsb"], "LSB", "measured-host",
-                "onnxruntime QDQ, graph optimizations disabled, our reference fed ORT's int8 inputs per op")
+                "onnxruntime QDQ, graph optimizations disabled, our reference fed ORT's %s inputs per op" % tin.dtype)
         rep.add("ort_max_lsb_end_to_end", o["end_to_end_max_lsb"], "LSB", "measured-host", "same inputs, whole model")
         if opts["fp32_onnx"]:
             agree = fp32_agreement(graph, opts["fp32_onnx"], xf[:1000])
