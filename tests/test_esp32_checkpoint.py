@@ -1,0 +1,58 @@
+"""`grpo-edge deploy --target esp32*` from a checkpoint, end to end through the real CLI: export,
+calibration, the measured int8-or-16x8 choice, generated C checked on the host, the report."""
+import json
+
+import pytest
+from edge_fixtures import cached_checkpoint
+from typer.testing import CliRunner
+
+from grpo_edge.cli.main import app
+
+
+def _deploy(tmp_path, *extra):
+    out = tmp_path / "esp32"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32c3", "--checkpoint", str(cached_checkpoint("cartpole")),
+                                 "--out", str(out), "--option", "tflm=false", "--option", "callgrind=false", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads((out / "report.json").read_text()), out
+
+
+def test_cartpole_checkpoint_deploys_with_measured_quantization_choice(tmp_path):
+    rep, out = _deploy(tmp_path)
+    f, q = rep["figures"], rep["sections"]["quantization"]
+    cands = {c["activations"]: c for c in q["candidates"]}
+    assert cands["int8"]["agreement_calibration"] is not None
+    if cands["int8"]["agreement_calibration"] < 0.99:          # the rule: 16x8 is tried only then
+        assert "int16" in cands
+    chosen = cands[q["chosen"]]
+    assert f["activations"]["value"] == q["chosen"]
+    assert all(chosen["agreement_calibration"] >= c["agreement_calibration"] for c in cands.values())
+    assert f["host_bit_exact"]["value"] is True
+    assert f["decision_agreement_fp32"]["value"] == chosen["agreement_eval"]
+    assert f["decision_agreement_fp32"]["value"] >= 0.98
+    assert f["task_metric_integer"]["value"] >= 0.98 * f["task_metric_fp32"]["value"]
+    headers = list(out.rglob("cartpole_model.h"))
+    assert headers, "no generated header under %s" % out
+    ctype = "int16_t" if q["chosen"] == "int16" else "int8_t"
+    assert "int cartpole_invoke(const %s *in, %s *out);" % (ctype, ctype) in headers[0].read_text()
+
+
+def test_activations_flag_forces_a_form(tmp_path):
+    rep, _ = _deploy(tmp_path, "--activations", "int8")
+    assert rep["figures"]["activations"]["value"] == "int8"
+    assert [c["activations"] for c in rep["sections"]["quantization"]["candidates"]] == ["int8"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--target", "rpi4", "--activations", "int16"], "error: --activations applies to the esp32 targets (got --target rpi4)"),
+    (["--target", "esp32", "--activations", "int4"], "error: option activations must be one of auto|int8|int16, got 'int4'"),
+])
+def test_bad_activations_is_one_line(args, needle, tmp_path, capsys, monkeypatch):
+    from grpo_edge.cli.main import main
+    monkeypatch.setattr("sys.argv", ["grpo-edge", "deploy", "--checkpoint", str(cached_checkpoint("cartpole")),
+                                     "--out", str(tmp_path / "x")] + args)
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip() == needle
+    assert not (tmp_path / "x" / "report.json").exists()
