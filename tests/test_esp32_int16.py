@@ -16,9 +16,9 @@ from grpo_edge.targets.esp32 import codegen, firmware, parse, rv32, samples, sim
 from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.int16_ref import TANH_OUTPUT_SCALE, tanh_params, to_16x8
 from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
+from test_esp32_kernels import _sanitizers_work
 
 SEED = 1616
-CARTPOLE_16X8 = "/tmp/diag/cartpole-seed2/m_int16_gptq.onnx"
 
 
 def need(ok, reason):
@@ -104,14 +104,6 @@ def _cases():
     return cases
 
 
-def _sanitizers_work(tmp_path):
-    src = tmp_path / "t.c"
-    src.write_text("int main(void) { return 0; }\n")
-    r = subprocess.run([simulate.gcc(), "-fsanitize=address,undefined", "-o", str(tmp_path / "t"), str(src)],
-                       capture_output=True)
-    return r.returncode == 0
-
-
 def test_tanh16_params_cover_both_paths():
     assert tanh_params(2.0 ** -12) == {"input_multiplier": 0, "input_left_shift": 0}
     assert tanh_params(2.0 ** -11) == {"input_multiplier": 0, "input_left_shift": 1}
@@ -161,12 +153,25 @@ def test_argmax_ties_pick_the_first_index():
 
 # ----------------------------------------------------------------------------- whole models
 
+def _cartpole16(d):
+    """The fixture CartPole checkpoint as deploy builds its 16x8 form (int16 activations, GPTQ weights)."""
+    from edge_fixtures import cached_checkpoint
+
+    from grpo_edge.core.checkpoint import load_policy
+    from grpo_edge.export.calibration import checkpoint2calibration
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.export.torch2onnx import torch2onnx
+    ckpt = cached_checkpoint("cartpole")
+    torch2onnx(load_policy(ckpt)[0], d / "m.onnx")
+    checkpoint2calibration(ckpt, d / "calib.npz", n=512)
+    onnx2int8(d / "m.onnx", d / "calib.npz", d / "m16.onnx", activations="int16", weight_rounding="gptq")
+    return d / "m16.onnx"
+
+
 @pytest.fixture(scope="module", params=["mlp16", "cartpole16"])
-def model16(request):
+def model16(request, tmp_path_factory):
     if request.param == "cartpole16":
-        if not os.path.isfile(CARTPOLE_16X8):
-            pytest.skip("%s not on this machine (the diag run's CartPole policy)" % CARTPOLE_16X8)
-        path = CARTPOLE_16X8
+        path = _cartpole16(tmp_path_factory.mktemp("cartpole16"))
     else:
         path = samples.cached("mlp16")
     g = parse.parse(path)
