@@ -172,11 +172,8 @@ class _Parser:
     def assign_dtypes(self, g):
         """Give each tensor its quantized type; a graph with int16 activations becomes a 16x8 graph."""
         for name, t in g.tensors.items():
-            t.dtype = self.qtype.get(name, "int8")
-        for op in g.ops:
-            if op.kind == "argmax":
-                g.tensors[op.output].dtype = "int8"
-        if g.tensors[g.input].dtype == "int16" or any(t.dtype == "int16" for t in g.tensors.values()):
+            t.dtype = self.qtype.get(name, "int8")       # argmax outputs and add constants: int8
+        if any(t.dtype == "int16" for t in g.tensors.values()):
             from .int16_ref import to_16x8
             to_16x8(g)
 

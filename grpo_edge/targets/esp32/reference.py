@@ -113,7 +113,6 @@ def quantize(x, scale, zero_point, dtype="int8"):
     return clamp16(q) if str(dtype) == "int16" else clamp8(q)
 
 
-
 def dequantize(q, scale, zero_point):
     return (np.asarray(q, dtype=np.float32) - np.float32(zero_point)) * np.float32(scale)
 
