@@ -62,7 +62,7 @@ def onnx_gptq(fp32_path, qdq_path, data: dict, out_path=None) -> dict:
     import onnx
     from onnx import numpy_helper
 
-    from grpo_edge.export.onnx_utils import session
+    from grpo_edge.export.onnx_utils import tensor_values
     from grpo_edge.report import atomic_write_bytes
     fp32 = onnx.load(str(fp32_path))
     qdq = onnx.load(str(qdq_path))
@@ -80,26 +80,8 @@ def onnx_gptq(fp32_path, qdq_path, data: dict, out_path=None) -> dict:
         jobs.append((node.name, fp32_nodes[node.name].input[0], dq.input[0], dq.input[1], bool(trans_b)))
     if not jobs:
         return {}
-    # The fp32 model's layer inputs, as extra graph outputs.
-    known = {o.name for o in fp32.graph.output}
-    for _, t, _, _, _ in jobs:
-        if t not in known:
-            fp32.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
-            known.add(t)
-    tmp = Path(str(out_path or qdq_path) + ".gptq-probe.onnx")
-    try:
-        onnx.save(fp32, str(tmp))
-        sess = session(tmp, optimize=False)
-        names = [o.name for o in sess.get_outputs()]
-        n = len(next(iter(data.values())))
-        acts = {t: [] for _, t, _, _, _ in jobs}
-        for i in range(0, n, 256):
-            outs = dict(zip(names, sess.run(None, {k: v[i:i + 256] for k, v in data.items()})))
-            for t in acts:
-                acts[t].append(outs[t].reshape(-1, outs[t].shape[-1]))
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    values = tensor_values(fp32_path, data, sorted({t for _, t, _, _, _ in jobs}))    # the fp32 layer inputs
+    acts = {t: v.reshape(-1, v.shape[-1]) for t, v in values.items()}
     fp32_inits = {i.name: numpy_helper.to_array(i) for i in fp32.graph.initializer}
     report = {}
     for name, t, wname, sname, trans_b in jobs:
@@ -111,7 +93,7 @@ def onnx_gptq(fp32_path, qdq_path, data: dict, out_path=None) -> dict:
         w = wf if trans_b else wf.T                    # (OUT, IN)
         old = codes if trans_b else codes.T
         sc = np.repeat(scales, w.shape[0]) if scales.size == 1 else scales
-        x = np.concatenate(acts[t])
+        x = acts[t]
         new = gptq_round(w, sc, x)
         report[name] = {"mse_nearest": layer_output_error(w, old, sc, x), "mse_gptq": layer_output_error(w, new, sc, x)}
         if report[name]["mse_gptq"] < report[name]["mse_nearest"]:

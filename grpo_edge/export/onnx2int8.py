@@ -29,6 +29,7 @@ ACTIVATIONS = ("int8", "int16")
 WEIGHT_ROUNDING = ("nearest", "gptq")
 # TFLite's 16x8 mode fixes these ops' int16 output parameters (scale 1/32768, zero point 0).
 FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
+INT16_HEADROOM = 2.0       # int16 activation ranges: this many times the calibration range (minmax)
 MIN_SAMPLES = 100
 
 
@@ -43,7 +44,8 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
       (grpo_edge.export.decode_calibration). Feeds of varying shape support method "minmax" only.
     op_types: quantize only these op types (e.g. ["MatMul", "Gemm"]); None = every op ORT can quantize.
     activations: "int8" (asymmetric) or "int16" (TFLite's 16x8 mode: symmetric int16 activations, int8
-      weights; tanh/sigmoid outputs fixed at scale 1/32768; ORT raises the opset to 21 for it).
+      weights; tanh/sigmoid outputs fixed at scale 1/32768; other ranges INT16_HEADROOM x the calibration
+      range with minmax; ORT raises the opset to 21 for it).
     weight_rounding: "nearest", or "gptq": Gemm/MatMul weights re-rounded on the same grid to keep each
       layer's output on the calibration inputs close to fp32 (grpo_edge.export.gptq).
     Returns {path, size_bytes, fp32_size_bytes, method, per_channel, reduce_range, num_samples, format,
@@ -137,11 +139,7 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
 
     extra = {"ActivationSymmetric": activations == "int16", "WeightSymmetric": True}
     if activations == "int16":
-        import onnx
-        fixed = {"scale": np.array(1.0 / 32768, dtype=np.float32), "zero_point": np.array(0, dtype=np.int16)}
-        outs = [n.output[0] for n in onnx.load(str(src)).graph.node if n.op_type in FIXED_INT16_OUTPUT]
-        if outs:
-            extra["TensorQuantOverrides"] = {t: [dict(fixed)] for t in outs}
+        extra["TensorQuantOverrides"] = _int16_overrides(src, data, method)
     cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
           "percentile": CalibrationMethod.Percentile}[method]
     import contextlib
@@ -167,6 +165,29 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         raise ExportError("int8 quantization of %s failed (%s)" % (src, msg[:300]))
     finally:
         root.setLevel(level)
+
+
+def _int16_overrides(src, data, method) -> dict:
+    """Per-tensor parameters ORT must use for int16 activations: tanh / sigmoid outputs at TFLite's fixed
+    2^-15; with minmax calibration, every other activation range INT16_HEADROOM times the calibration
+    range (int16 has bits to spare: 1 of 15 buys room for inputs beyond the calibration set, e.g. a cart
+    that drifts further than in any calibration episode, which would otherwise clip)."""
+    import onnx
+    graph = onnx.load(str(src)).graph
+    fixed = [n.output[0] for n in graph.node if n.op_type in FIXED_INT16_OUTPUT]
+    over = {t: [{"scale": np.array(1.0 / 32768, dtype=np.float32), "zero_point": np.array(0, dtype=np.int16)}]
+            for t in fixed}
+    if method != "minmax" or isinstance(data, list):
+        return over
+    from grpo_edge.export.onnx_utils import tensor_values
+    inits = {i.name for i in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in inits]
+    names += [n.output[0] for n in graph.node if n.output and n.output[0] not in fixed and n.op_type != "Constant"]
+    for name, v in tensor_values(src, data, names).items():
+        if v.dtype.kind == "f" and v.size:
+            r = INT16_HEADROOM * float(np.abs(v).max())
+            over[name] = [{"rmin": np.array(-r, dtype=np.float32), "rmax": np.array(r, dtype=np.float32)}]
+    return over
 
 
 def _load_calibration(calibration, specs):

@@ -75,6 +75,30 @@ def session(path, optimize=True, threads=1):
         raise ExportError("onnxruntime cannot load %s (%s)" % (path, _first_line(e)))
 
 
+def tensor_values(path, data: dict, names, batch: int = 256) -> Dict[str, np.ndarray]:
+    """Run the ONNX model at `path` on `data` ({input: array}, stacked samples) and return the values of
+    the intermediate tensors `names` (graph outputs added in memory; graph optimizations off)."""
+    import onnx
+    import onnxruntime as ort
+    m = onnx.load(str(path))
+    have = {o.name for o in m.graph.output}
+    for name in names:
+        if name not in have:
+            m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    n = len(next(iter(data.values())))
+    got = {name: [] for name in names}
+    for i in range(0, n, batch):
+        outs = dict(zip([o.name for o in sess.get_outputs()],
+                        sess.run(None, {k: v[i:i + batch] for k, v in data.items()})))
+        for name in names:
+            got[name].append(outs[name])
+    return {name: np.concatenate(v) for name, v in got.items()}
+
+
 def count_macs(model, batch: int = 1, dims: Dict[str, int] = None) -> int:
     """Multiply-accumulates of one run: MatMul, Gemm, Conv (the ops that dominate small models).
 
