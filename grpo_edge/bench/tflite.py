@@ -12,7 +12,16 @@ by kernel arithmetic (up to 1 LSB), not by a second calibration. Converters that
 (litert-torch, tensorflow) pull 1.1-1.5 GB and downgrade typing_extensions/pydantic: not used.
 
 Supported ONNX ops: Gemm / MatMul (constant weights) -> FULLY_CONNECTED, Relu, Tanh, Sigmoid, Flatten
-(no-op on 2-D). Anything else raises ExportError naming the op and node (e.g. Conv of lite-resnet).
+(no-op on 2-D). fp32 graphs also take the small-CNN ops of lite-resnet and similar: Conv (CONV_2D, grouped
+too, or DEPTHWISE_CONV_2D when group == channels), Add, Clip (RELU / RELU6 / MAXIMUM+MINIMUM), MaxPool,
+AveragePool (count_include_pad=0 with non-SAME pads: PAD + pool + MUL by window / valid cells),
+GlobalAveragePool / ReduceMean over H, W (MEAN), Flatten / Reshape of a spatial map.
+Anything else raises ExportError naming the op and node.
+
+Layout (as in targets/esp32/tflm.py): TFLite is NHWC. Image inputs (B, C, H, W) are transposed to
+(B, H, W, C) by the runners, conv weights are written OHWI / 1HWO, ONNX pads become SAME / VALID or an
+explicit PAD, and a flatten of a spatial map is TRANSPOSE (back to NCHW order) + RESHAPE, so the
+FULLY_CONNECTED weights stay as ONNX wrote them. A 4-D graph output is transposed back to NCHW.
 Install: pip install "grpo-edge[tflite]" (ai-edge-litert, tflite-micro).
 """
 from pathlib import Path
@@ -21,8 +30,11 @@ import numpy as np
 
 from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_bytes
+from grpo_edge.targets.esp32.tflm import _nhwc
 
 _ACT = {"Relu": "RELU", "Tanh": "TANH", "Sigmoid": "LOGISTIC"}
+_SPATIAL = ("Conv", "Add", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten",
+            "Reshape")
 
 
 def tflite_available():
@@ -96,7 +108,12 @@ def onnx2tflite(onnx_path, out_path) -> dict:
 
     width = int(inp["shape"][-1])
     x_name = inp["name"]
-    x_float = me.Tensor(shape=(1, width), dtype=tfl.TensorType.FLOAT32, name=x_name)
+    in_shape = (1, width)
+    if len(inp["shape"]) == 4 and not int8:
+        if not all(isinstance(d, int) and d > 0 for d in inp["shape"][1:]):
+            raise ExportError("%s: input %r has a non-fixed image shape %s" % (onnx_path, x_name, inp["shape"]))
+        in_shape = _nhwc([1] + list(inp["shape"][1:]))
+    x_float = me.Tensor(shape=in_shape, dtype=tfl.TensorType.FLOAT32, name=x_name)
     sg.tensors.append(x_float)
     sg.inputs = [x_float]
     if int8:   # float input -> QUANTIZE -> int8 (the model's first Q node holds the params)
@@ -108,6 +125,7 @@ def onnx2tflite(onnx_path, out_path) -> dict:
         tensors[x_name] = x_float
 
     ops = []
+    fp32 = _Fp32Ops(me, tfl, sg, init, tensors, onnx_path)
     for n in nodes:
         if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
             continue
@@ -125,6 +143,9 @@ def onnx2tflite(onnx_path, out_path) -> dict:
             if w_name not in init:
                 raise ExportError("%s: %s node %s has a non-constant weight" % (onnx_path, n.op_type, n.name))
             w = init[w_name]
+            if len(a.shape) != 2:
+                raise ExportError("%s: %s node %s reads a %d-D tensor; the TFLite converter takes 2-D"
+                                  % (onnx_path, n.op_type, n.name, len(a.shape)))
             attrs = {at.name: (at.i if at.type == 2 else at.f) for at in n.attribute}
             if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
                 raise ExportError("%s: Gemm node %s uses transA/alpha/beta" % (onnx_path, n.name))
@@ -149,15 +170,22 @@ def onnx2tflite(onnx_path, out_path) -> dict:
         elif n.op_type == "Flatten" and len(a.shape) == 2:
             tensors[out_name] = a
             continue
+        elif not int8 and n.op_type in _SPATIAL:
+            fp32.convert(n, a)
+            ops.append(n.op_type)
+            continue
         else:
             raise ExportError("%s: op %s (node %s) has no TFLite mapping in grpo-edge's converter "
-                              "(supported: Gemm, MatMul, Relu, Tanh, Sigmoid)" % (onnx_path, n.op_type, n.name))
+                              "(supported: Gemm, MatMul, Relu, Tanh, Sigmoid%s)"
+                              % (onnx_path, n.op_type, n.name, "" if int8 else ", " + ", ".join(_SPATIAL)))
         sg.operators.append(op)
         ops.append(n.op_type)
 
     last = _last_int8(tensors, dq, outs[0]["name"]) if int8 else tensors.get(outs[0]["name"])
     if last is None:
         raise ExportError("%s: graph output %r is not produced by a converted op" % (onnx_path, outs[0]["name"]))
+    if not int8 and len(last.shape) == 4:   # NHWC -> the ONNX output's NCHW
+        last = fp32.to_nchw(last, outs[0]["name"])
     if int8:   # int8 -> DEQUANTIZE -> float output, like a LiteRT int8 model with float I/O
         yf = me.Tensor(shape=tuple(last.shape), dtype=tfl.TensorType.FLOAT32, name=outs[0]["name"])
         sg.tensors.append(yf)
@@ -168,6 +196,231 @@ def onnx2tflite(onnx_path, out_path) -> dict:
     atomic_write_bytes(out_path, data)
     return {"path": str(out_path), "size_bytes": len(data), "dtype": "int8" if int8 else "fp32", "ops": ops,
             "converter": "tflite-micro model_editor (no TensorFlow), params copied from %s" % onnx_path.name}
+
+
+class _Fp32Ops(object):
+    """fp32 NHWC TFLite operators for the small-CNN ONNX ops (_SPATIAL) of onnx2tflite."""
+
+    def __init__(self, me, tfl, sg, init, tensors, onnx_path):
+        self.me, self.tfl, self.sg, self.init, self.tensors, self.path = me, tfl, sg, init, tensors, onnx_path
+        self.B = tfl.BuiltinOperator
+
+    def fail(self, n, why):
+        raise ExportError("%s: op %s (node %s): %s" % (self.path, n.op_type, n.name, why))
+
+    def tensor(self, name, shape):
+        t = self.me.Tensor(shape=tuple(int(d) for d in shape), dtype=self.tfl.TensorType.FLOAT32, name=name)
+        self.sg.tensors.append(t)
+        return t
+
+    def const(self, arr, name, dtype="FLOAT32"):
+        return _const(self.me, self.tfl, np.ascontiguousarray(arr), name, dtype)
+
+    def op(self, code, inputs, outputs, opt_type=None, opts=None):
+        o = self.me.Operator(opcode=code, inputs=inputs, outputs=outputs)
+        if opt_type is not None:
+            o._fb.builtinOptionsType = getattr(self.tfl.BuiltinOptions, opt_type)
+            o._fb.builtinOptions = opts
+        self.sg.operators.append(o)
+        return outputs[0]
+
+    def convert(self, n, a):
+        """Append the TFLite operators of ONNX node n (first input: TFLite tensor a), register its output."""
+        from onnx import helper
+        at = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+        if n.op_type != "Add" and len(a.shape) != 4 and n.op_type not in ("Clip", "Flatten"):
+            self.fail(n, "expects a 4-D (N, C, H, W) input, got %d-D" % len(a.shape))
+        y = getattr(self, "_" + n.op_type.lower())(n, a, at)
+        self.tensors[n.output[0]] = y
+
+    def _pads(self, n, at, k, hw):
+        """ONNX (top, left, bottom, right) pads, strides, dilations and output H, W of a Conv / pool."""
+        strides = tuple(at.get("strides", (1, 1)))
+        dil = tuple(at.get("dilations", (1, 1)))
+        auto = at.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto == "VALID":
+            pads = (0, 0, 0, 0)
+        elif auto == "NOTSET":
+            pads = tuple(at.get("pads", (0, 0, 0, 0)))
+        else:
+            self.fail(n, "auto_pad %s is not supported" % auto)
+        ceil = at.get("ceil_mode", 0)
+        out = []
+        for i in range(2):
+            span = hw[i] + pads[i] + pads[i + 2] - dil[i] * (k[i] - 1) - 1
+            out.append((-(-span // strides[i]) if ceil else span // strides[i]) + 1)
+        return pads, strides, dil, tuple(out)
+
+    def _padding(self, pads, strides, dil, k, hw, out):
+        """TFLite's padding ("VALID" or "SAME") when it equals the ONNX pads, else None."""
+        if not any(pads) and all(out[i] == (hw[i] - dil[i] * (k[i] - 1) - 1) // strides[i] + 1 for i in range(2)):
+            return "VALID"
+        for i in range(2):
+            o = -(-hw[i] // strides[i])
+            total = max((o - 1) * strides[i] + dil[i] * (k[i] - 1) + 1 - hw[i], 0)
+            if o != out[i] or (pads[i], pads[i + 2]) != (total // 2, total - total // 2):
+                return None
+        return "SAME"
+
+    def _pad(self, n, a, pads, value=None):
+        """An explicit PAD (zeros) or PADV2 (`value`) of the H, W axes by ONNX pads (t, l, b, r)."""
+        pt, pl, pb, pr = pads
+        _, H, W, C = a.shape
+        p = self.const(np.array([[0, 0], [pt, pb], [pl, pr], [0, 0]], np.int32), n.name + "/pads", "INT32")
+        y = self.tensor(n.name + "/padded", (1, H + pt + pb, W + pl + pr, C))
+        if value is None:
+            return self.op(self.B.PAD, [a, p], [y])
+        return self.op(self.B.PADV2, [a, p, self.const(np.array([value], np.float32), n.name + "/pad_value")], [y])
+
+    def _conv(self, n, a, at):
+        if n.input[1] not in self.init:
+            self.fail(n, "non-constant weight")
+        w = self.init[n.input[1]].astype(np.float32)
+        OC, CG, KH, KW = w.shape
+        _, H, W, C = a.shape
+        group = at.get("group", 1)
+        pads, (sh, sw), (dh, dw), out = self._pads(n, at, (KH, KW), (H, W))
+        pad = self._padding(pads, (sh, sw), (dh, dw), (KH, KW), (H, W), out)
+        if pad is None:
+            a, pad = self._pad(n, a, pads), "VALID"
+        b = self.init.get(n.input[2]) if len(n.input) > 2 and n.input[2] else np.zeros(OC, np.float32)
+        if b is None:
+            self.fail(n, "non-constant bias")
+        bt = self.const(b.astype(np.float32).reshape(-1), n.name + "/bias")
+        y = self.tensor(n.output[0], (1, out[0], out[1], OC))
+        padding = getattr(self.tfl.Padding, pad)
+        if group == C and CG == 1 and group > 1:      # depthwise: 1HWO, output channel c * m + j reads channel c
+            wt = self.const(w.transpose(1, 2, 3, 0), n.input[1])
+            return self.op(self.B.DEPTHWISE_CONV_2D, [a, wt, bt], [y], "DepthwiseConv2DOptions",
+                           self.tfl.DepthwiseConv2DOptionsT(padding=padding, strideW=sw, strideH=sh,
+                                                            depthMultiplier=OC // C, dilationWFactor=dw,
+                                                            dilationHFactor=dh))
+        wt = self.const(w.transpose(0, 2, 3, 1), n.input[1])     # OHWI; I = C / group (LiteRT's grouped CONV_2D)
+        return self.op(self.B.CONV_2D, [a, wt, bt], [y], "Conv2DOptions",
+                       self.tfl.Conv2DOptionsT(padding=padding, strideW=sw, strideH=sh, dilationWFactor=dw,
+                                               dilationHFactor=dh))
+
+    def _pool(self, n, a, at, code, count_pad):
+        k = tuple(at["kernel_shape"])
+        _, H, W, C = a.shape
+        if len(k) != 2 or tuple(at.get("dilations", (1, 1))) != (1, 1):
+            self.fail(n, "only 2-D pooling without dilation")
+        pads, (sh, sw), _, out = self._pads(n, at, k, (H, W))
+        if at.get("ceil_mode", 0) and out != self._pads(n, dict(at, ceil_mode=0), k, (H, W))[3]:
+            self.fail(n, "ceil_mode=1 changes the output size, which TFLite pooling cannot")
+        pad = None if (count_pad and any(pads)) else self._padding(pads, (sh, sw), (1, 1), k, (H, W), out)
+        rescale = None
+        if pad is None:           # explicit PAD, then a VALID pool
+            if code == self.B.MAX_POOL_2D:
+                a = self._pad(n, a, pads, float(np.finfo(np.float32).min))
+            else:                 # zeros that count (count_include_pad=1); else rescale by window / valid count
+                a = self._pad(n, a, pads)
+                if not count_pad:
+                    counts = np.outer(_valid_counts(H, pads[0], k[0], sh, out[0]),
+                                      _valid_counts(W, pads[1], k[1], sw, out[1]))
+                    rescale = k[0] * k[1] / counts
+            pad = "VALID"
+        y = self.tensor(n.output[0] + ("/sum" if rescale is not None else ""), (1, out[0], out[1], C))
+        y = self.op(code, [a], [y], "Pool2DOptions",
+                    self.tfl.Pool2DOptionsT(padding=getattr(self.tfl.Padding, pad), strideW=sw, strideH=sh,
+                                            filterWidth=k[1], filterHeight=k[0]))
+        if rescale is None:
+            return y
+        r = self.const(rescale.reshape(1, out[0], out[1], 1).astype(np.float32), n.name + "/rescale")
+        return self.op(self.B.MUL, [y, r], [self.tensor(n.output[0], y.shape)], "MulOptions", self.tfl.MulOptionsT())
+
+    def _maxpool(self, n, a, at):
+        if len(n.output) > 1 and n.output[1]:
+            self.fail(n, "the Indices output is not supported")
+        return self._pool(n, a, at, self.B.MAX_POOL_2D, False)
+
+    def _averagepool(self, n, a, at):
+        return self._pool(n, a, at, self.B.AVERAGE_POOL_2D, at.get("count_include_pad", 0))
+
+    def _mean(self, n, a, keep):
+        axis = self.const(np.array([1, 2], np.int32), n.name + "/axes", "INT32")
+        y = self.tensor(n.output[0], (1, 1, 1, a.shape[3]) if keep else (1, a.shape[3]))
+        return self.op(self.B.MEAN, [a, axis], [y], "ReducerOptions", self.tfl.ReducerOptionsT(keepDims=bool(keep)))
+
+    def _globalaveragepool(self, n, a, at):
+        return self._mean(n, a, True)
+
+    def _reducemean(self, n, a, at):
+        axes = at.get("axes")
+        if axes is None and len(n.input) > 1 and n.input[1]:
+            axes = self.init.get(n.input[1])
+        if axes is None or sorted(int(x) % 4 for x in np.ravel(axes)) != [2, 3]:
+            self.fail(n, "only a mean over H, W (axes 2, 3) is supported, got axes %s" % (axes,))
+        return self._mean(n, a, at.get("keepdims", 1))
+
+    def _add(self, n, a, at):
+        ins = []
+        for name in n.input:
+            if name in self.tensors:
+                ins.append(self.tensors[name])
+            elif name in self.init:      # a constant, broadcast the ONNX way, then in NHWC order
+                c = self.init[name].astype(np.float32)
+                if len(a.shape) == 4:
+                    c = c.reshape((1,) * (4 - c.ndim) + c.shape).transpose(0, 2, 3, 1)
+                ins.append(self.const(c, name))
+            else:
+                self.fail(n, "input %r is not produced by a converted op" % name)
+        shape = np.broadcast_shapes(*[tuple(t.shape) for t in ins])
+        y = self.tensor(n.output[0], shape)
+        return self.op(self.B.ADD, ins, [y], "AddOptions", self.tfl.AddOptionsT())
+
+    def _clip(self, n, a, at):
+        lo, hi = at.get("min"), at.get("max")
+        for i, name in ((1, "min"), (2, "max")):
+            if len(n.input) > i and n.input[i]:
+                if n.input[i] not in self.init:
+                    self.fail(n, "non-constant %s" % name)
+                v = float(self.init[n.input[i]])
+                lo, hi = (v, hi) if i == 1 else (lo, v)
+        named = {(0.0, 6.0): "RELU6", (0.0, None): "RELU", (-1.0, 1.0): "RELU_N1_TO_1"}.get((lo, hi))
+        if named:
+            return self.op(getattr(self.B, named), [a], [self.tensor(n.output[0], a.shape)])
+        for v, code, tag in ((lo, self.B.MAXIMUM, "min"), (hi, self.B.MINIMUM, "max")):
+            if v is not None:
+                c = self.const(np.array([v], np.float32), "%s/%s" % (n.name, tag))
+                a = self.op(code, [a, c], [self.tensor("%s/%s_out" % (n.name, tag), a.shape)])
+        return a
+
+    def _flatten(self, n, a, at):
+        if len(a.shape) == 2:
+            return a
+        if at.get("axis", 1) != 1:
+            self.fail(n, "only axis 1 is supported")
+        return self.flat(n, a)
+
+    def _reshape(self, n, a, at):
+        shape = self.init.get(n.input[1])
+        size = int(np.prod(a.shape[1:]))
+        if shape is None or len(shape) != 2 or int(shape[0]) not in (0, -1, 1) or int(shape[1]) not in (-1, size):
+            self.fail(n, "only a constant reshape to (batch, %d) (a flatten) is supported, got %s" % (size, shape))
+        return self.flat(n, a)
+
+    def flat(self, n, a):
+        """(1, H, W, C) -> (batch, C*H*W) in ONNX (C, H, W) order: TRANSPOSE when H*W > 1 and C > 1, RESHAPE."""
+        _, H, W, C = a.shape
+        if H * W > 1 and C > 1:
+            a = self.to_nchw(a, n.name + "/nchw")
+        shape = self.const(np.array([-1, C * H * W], np.int32), n.name + "/shape", "INT32")
+        y = self.tensor(n.output[0], (1, C * H * W))
+        return self.op(self.B.RESHAPE, [a, shape], [y], "ReshapeOptions",
+                       self.tfl.ReshapeOptionsT(newShape=[-1, C * H * W]))
+
+    def to_nchw(self, a, name):
+        _, H, W, C = a.shape
+        perm = self.const(np.array([0, 3, 1, 2], np.int32), name + "/perm", "INT32")
+        return self.op(self.B.TRANSPOSE, [a, perm], [self.tensor(name, (1, C, H, W))])
+
+
+def _valid_counts(size, pad0, k, stride, out):
+    """Per output position along one axis: how many of the k window cells are inside the unpadded input."""
+    start = np.arange(out) * stride - pad0
+    return np.minimum(start + k, size) - np.maximum(start, 0)
 
 
 def _const(me, tfl, arr, name, dtype, scales=None):
@@ -189,6 +442,11 @@ def _last_int8(tensors, dq, out_name):
     return tensors[src]
 
 
+def _to_nhwc(x):
+    """A batch in ONNX layout -> TFLite layout: images (B, C, H, W) -> (B, H, W, C); other ranks as they are."""
+    return x.transpose(0, 2, 3, 1) if x.ndim == 4 else x
+
+
 class _Runner(object):
     def __init__(self, path):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -202,7 +460,7 @@ class _Runner(object):
         self.batch = None
 
     def __call__(self, x):
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        x = np.ascontiguousarray(_to_nhwc(np.asarray(x, dtype=np.float32)))
         if self.batch != len(x):
             self.it.resize_tensor_input(self.i, list(x.shape))
             self.it.allocate_tensors()
@@ -242,8 +500,7 @@ class _Int8IORunner(object):
         x = np.asarray(x, dtype=np.float32)
         s, zp = self.in_q
         q = np.clip(np.sign(x / s) * np.floor(np.abs(x / s) + 0.5) + zp, -128, 127).astype(np.int8)
-        if q.ndim == 4:
-            q = q.transpose(0, 2, 3, 1)
+        q = _to_nhwc(q)
         outs = []
         for i in range(len(q)):                 # the graph was built for batch 1
             self.it.set_tensor(self.i, np.ascontiguousarray(q[i:i + 1]))
