@@ -48,7 +48,7 @@ def tflite_available():
 
 
 def onnx2tflite(onnx_path, out_path) -> dict:
-    """Write a .tflite equivalent of an fp32 or QDQ-int8 ONNX model (MLP-type graphs); returns info."""
+    """Write a .tflite equivalent of an fp32 model (MLPs and small CNNs) or a QDQ-int8 MLP; returns info."""
     from onnx import numpy_helper
     from grpo_edge.export.onnx_utils import io_specs, load_onnx
     ok, why = tflite_available()
