@@ -16,7 +16,7 @@ from grpo_edge.targets.esp32 import codegen, firmware, parse, rv32, samples, sim
 from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.int16_ref import TANH_OUTPUT_SCALE, tanh_params, to_16x8
 from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
-from test_esp32_kernels import _sanitizers_work
+from test_esp32_kernels import build_level
 
 SEED = 1616
 
@@ -118,11 +118,7 @@ def test_every_int16_kernel_matches_reference_bit_for_bit(tmp_path, opt):
     """fc16 / tanh16 / argmax over int16, random shapes and parameters, plus tanh16 over every int16
     input at several input scales; all single-op models linked into one harness.
     'sanitize': -O1 with AddressSanitizer + UBSan (no signed overflow in the int32 arithmetic)."""
-    extra = ()
-    if opt == "sanitize":
-        if not _sanitizers_work(tmp_path):
-            pytest.skip("gcc sanitizer runtimes (libasan/libubsan) not installed")
-        opt, extra = "O0-novec", ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    opt, extra = build_level(tmp_path, opt)
     rng = np.random.default_rng(SEED + 1)
     every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, -1)
     cases = _cases() + [("all_" + n, make_tanh16(s, every.size)) for n, s in EXHAUSTIVE_TANH_SCALES.items()]

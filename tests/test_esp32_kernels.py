@@ -166,14 +166,20 @@ def _sanitizers_work(tmp_path):
     return r.returncode == 0
 
 
+def build_level(tmp_path, opt):
+    """(simulate build level, extra gcc flags) for "O2", "O0-novec" or "sanitize" (-O1 with ASan + UBSan;
+    skips when the sanitizer runtimes are missing)."""
+    if opt != "sanitize":
+        return opt, ()
+    if not _sanitizers_work(tmp_path):
+        pytest.skip("gcc sanitizer runtimes (libasan/libubsan) not installed")
+    return "O0-novec", ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+
+
 @pytest.mark.parametrize("opt", ["O2", "O0-novec", "sanitize"])
 def test_every_kernel_matches_reference_bit_for_bit(tmp_path, opt):
     """'sanitize': -O1 with AddressSanitizer + UBSan (no out-of-bounds read, no signed overflow)."""
-    extra = ()
-    if opt == "sanitize":
-        if not _sanitizers_work(tmp_path):
-            pytest.skip("gcc sanitizer runtimes (libasan/libubsan) not installed")
-        opt, extra = "O0-novec", ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    opt, extra = build_level(tmp_path, opt)
     rng = np.random.default_rng(SEED + 1)
     cases = _cases()
     gens, inputs, refs = [], [], []
