@@ -56,7 +56,8 @@ def opset_of(model) -> int:
 
 
 def session(path, optimize=True, threads=1):
-    """An onnxruntime CPU InferenceSession. optimize=False runs the graph as written (no fusions).
+    """An onnxruntime CPU InferenceSession of a file path or serialized model bytes. optimize=False runs
+    the graph as written (no fusions).
 
     Why the switch: on x86 CPUs without VNNI, ORT's fused int8 kernels (u8s8 via AVX2) can saturate
     and lose accuracy; with optimizations disabled a QDQ model runs as DequantizeLinear -> fp32 op ->
@@ -70,25 +71,23 @@ def session(path, optimize=True, threads=1):
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(path if isinstance(path, bytes) else str(path), so,
+                                    providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise ExportError("onnxruntime cannot load %s (%s)" % (path, _first_line(e)))
+        raise ExportError("onnxruntime cannot load %s (%s)" % ("the model" if isinstance(path, bytes) else path,
+                                                               _first_line(e)))
 
 
 def tensor_values(path, data: dict, names, batch: int = 256) -> Dict[str, np.ndarray]:
     """Run the ONNX model at `path` on `data` ({input: array}, stacked samples) and return the values of
     the intermediate tensors `names` (graph outputs added in memory; graph optimizations off)."""
     import onnx
-    import onnxruntime as ort
     m = onnx.load(str(path))
     have = {o.name for o in m.graph.output}
     for name in names:
         if name not in have:
             m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = session(m.SerializeToString(), optimize=False)
     n = len(next(iter(data.values())))
     got = {name: [] for name in names}
     for i in range(0, n, batch):
