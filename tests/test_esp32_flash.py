@@ -1,4 +1,5 @@
 """esptool flashing and the serial monitor, against a real pseudo-terminal and the real esptool."""
+import contextlib
 import json
 import os
 import threading
@@ -21,9 +22,10 @@ LINES = [b"ESP-ROM:esp32c3-api1-20210207\r\n", b"I (312) main_task: Calling app_
          b"GRPO_EDGE us_per_inference=123.456 runs=800\r\n", b"GRPO_EDGE done\r\n"]
 
 
+@contextlib.contextmanager
 def _pty_writer(lines, delay=0.05):
+    """A pseudo-terminal whose other end writes `lines` (in split pieces); yields the port's path."""
     master, slave = os.openpty()
-    port = os.ttyname(slave)
 
     def write():
         time.sleep(0.3)                       # let the monitor open the port first
@@ -33,17 +35,17 @@ def _pty_writer(lines, delay=0.05):
             os.write(master, ln[7:])
     t = threading.Thread(target=write, daemon=True)
     t.start()
-    return master, slave, port, t
-
-
-def test_monitor_reads_result_lines_from_a_pty():
-    master, slave, port, t = _pty_writer(LINES)
     try:
-        res = F.monitor(port, timeout=10)
+        yield os.ttyname(slave)
     finally:
         t.join(2)
         os.close(master)
         os.close(slave)
+
+
+def test_monitor_reads_result_lines_from_a_pty():
+    with _pty_writer(LINES) as port:
+        res = F.monitor(port, timeout=10)
     assert res["model"] == "cartpole" and res["vectors"] == 8 and res["runs"] == 800
     assert res["checksum"] == 0x1A2B3C4D and res["checksum_ok"] is True
     assert res["us_per_inference"] == pytest.approx(123.456)
@@ -52,25 +54,15 @@ def test_monitor_reads_result_lines_from_a_pty():
 
 def test_monitor_flags_a_checksum_mismatch_and_times_out_cleanly():
     bad = [LINES[2].replace(b"expected=0x1a2b3c4d status=OK", b"expected=0x00000001 status=MISMATCH")]
-    master, slave, port, t = _pty_writer(bad)
-    try:
+    with _pty_writer(bad) as port:
         res = F.monitor(port, timeout=1.5)
-    finally:
-        t.join(2)
-        os.close(master)
-        os.close(slave)
     assert res["checksum_ok"] is False and res["timed_out"] is True
 
 
 def test_monitor_without_result_lines_raises():
-    master, slave, port, t = _pty_writer([b"boot noise\r\n"])
-    try:
+    with _pty_writer([b"boot noise\r\n"]) as port:
         with pytest.raises(TargetError, match="no GRPO_EDGE result lines"):
             F.monitor(port, timeout=1.0)
-    finally:
-        t.join(2)
-        os.close(master)
-        os.close(slave)
 
 
 def test_monitor_bad_port():
