@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from edge_fixtures import cached_checkpoint
+from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.core.checkpoint import load_policy
 from grpo_edge.core.models import build_model
 from grpo_edge.errors import CheckpointError, ExportError

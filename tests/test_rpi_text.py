@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from text_fixtures import cached_text_checkpoint
+from session_cache import text_checkpoint as cached_text_checkpoint
 from grpo_edge.errors import ExportError, TargetError
 from grpo_edge.targets.rpi import deploy
 

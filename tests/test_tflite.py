@@ -2,12 +2,14 @@
 import numpy as np
 import pytest
 
-from edge_fixtures import cached_checkpoint
+from conftest import need
+
+from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.bench.tflite import tflite_available
 from grpo_edge.errors import ExportError
 
 OK, WHY = tflite_available()
-pytestmark = pytest.mark.skipif(not OK, reason=WHY)
+need(OK, WHY)
 
 
 @pytest.fixture(scope="module")

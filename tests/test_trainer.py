@@ -7,6 +7,8 @@ import sys
 import time
 
 import pytest
+
+from conftest import need_tool
 import torch
 
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
@@ -186,9 +188,7 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
 
 
 def test_core_is_python36_compatible(root):
-    vermin = os.path.join(os.path.dirname(sys.executable), "vermin")
-    if not os.path.exists(vermin):
-        pytest.skip("vermin not installed (pip install vermin)")
+    vermin = need_tool("vermin", "pip install vermin")
     r = subprocess.run([vermin, "-t=3.6-", "--no-tips", "--violations", "--eval-annotations",
                         os.path.join(root, "grpo_edge", "core")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -114,11 +114,13 @@ def _batches(data, specs):
         axes = {s["name"]: next((i for i, d in enumerate(s["shape"]) if "batch" in str(d).lower()), None)
                 for s in specs}
         return group_feeds(data, axes)
-    batch_dynamic = all(not isinstance(s["shape"][0], int) or s["shape"][0] <= 0 for s in specs if s["shape"])
+    firsts = [s["shape"][0] for s in specs if s["shape"]]
+    fixed = firsts[0] if firsts and all(isinstance(f, int) and f > 0 and f == firsts[0] for f in firsts) else 0
     n = len(next(iter(data.values())))
-    # ORT's calibrators stack per-batch outputs: every batch must have the same size.
-    step = max(b for b in range(1, 33) if n % b == 0) if batch_dynamic else 1
-    return [{k: v[i:i + step] for k, v in data.items()} for i in range(0, n, step)]
+    # ORT's calibrators stack per-batch outputs: every batch must have the same size. A model exported
+    # with a fixed batch size gets exactly that many samples per run (a remainder is left out).
+    step = fixed or max(b for b in range(1, 33) if n % b == 0)
+    return [{k: v[i:i + step] for k, v in data.items()} for i in range(0, n - n % step, step)]
 
 
 def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types=None, activations="int8"):
@@ -278,13 +280,13 @@ def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512
         a = np.concatenate([x.reshape(-1, x.shape[-1]) for x in a])
         b = np.concatenate([x.reshape(-1, x.shape[-1]) for x in b])
         return _errors(a, b, min(limit, len(data)), optimize)
+    from grpo_edge.export.onnx_utils import batches_of, fixed_batch
     n = min(limit, len(next(iter(data.values()))))
-    feed = {k: v[:n] for k, v in data.items()}
-    try:
-        a, b = s32.run(None, feed)[0], s8.run(None, feed)[0]
-    except Exception:  # fixed batch 1: run one sample at a time
-        a = np.concatenate([s32.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
-        b = np.concatenate([s8.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
+    batch = fixed_batch(fp32_path) or n
+    n -= n % batch                       # a fixed-batch model runs whole batches only
+    feeds = batches_of({k: v[:n] for k, v in data.items()}, batch)
+    a = np.concatenate([s32.run(None, f)[0] for f in feeds])
+    b = np.concatenate([s8.run(None, f)[0] for f in feeds])
     return _errors(a, b, n, optimize)
 
 

@@ -78,24 +78,53 @@ def session(path, optimize=True, threads=1):
                                                                _first_line(e)))
 
 
+def fixed_batch(model) -> int:
+    """The batch size an ONNX model's inputs are fixed to (the first dimension of its graph inputs, when
+    every one of them is a number, as `torch.onnx.export` writes by default), or 0 when it is dynamic."""
+    import onnx
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    firsts = []
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if not dims:
+            return 0
+        firsts.append(dims[0].dim_value if dims[0].HasField("dim_value") else 0)
+    return firsts[0] if firsts and all(f > 0 and f == firsts[0] for f in firsts) else 0
+
+
+def batches_of(data: dict, batch: int):
+    """Slices of stacked samples ({input: array}) of `batch` samples each, for running a model."""
+    n = len(next(iter(data.values())))
+    return [{k: v[i:i + batch] for k, v in data.items()} for i in range(0, n, batch)]
+
+
 def tensor_values(path, data: dict, names, batch: int = 256) -> Dict[str, np.ndarray]:
     """Run the ONNX model at `path` on `data` ({input: array}, stacked samples) and return the values of
-    the intermediate tensors `names` (graph outputs added in memory; graph optimizations off)."""
+    the intermediate tensors `names` (graph outputs added in memory; graph optimizations off). A model
+    exported with a fixed batch size is fed that many samples per run."""
     import onnx
     m = onnx.load(str(path))
+    n = len(next(iter(data.values())))
+    fixed = fixed_batch(m)
+    if fixed:          # whole batches: the last one padded with copies of the last sample, trimmed after
+        batch = fixed
+        pad = -n % fixed
+        data = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) if pad else v for k, v in data.items()}
     have = {o.name for o in m.graph.output}
     for name in names:
         if name not in have:
             m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
     sess = session(m.SerializeToString(), optimize=False)
-    n = len(next(iter(data.values())))
     got = {name: [] for name in names}
-    for i in range(0, n, batch):
-        outs = dict(zip([o.name for o in sess.get_outputs()],
-                        sess.run(None, {k: v[i:i + batch] for k, v in data.items()})))
+    for feed in batches_of(data, batch):
+        outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
         for name in names:
             got[name].append(outs[name])
-    return {name: np.concatenate(v) for name, v in got.items()}
+    return {name: np.concatenate(v)[:n] for name, v in got.items()}
 
 
 def count_macs(model, batch: int = 1, dims: Dict[str, int] = None) -> int:
