@@ -34,7 +34,9 @@ def quantize(
     """Static int8 quantization (QDQ, per-channel int8 weights) with calibration data."""
     from grpo_edge.export.onnx2int8 import onnx2int8
     info = onnx2int8(model, calibration, out, method=method, activations=activations, weight_rounding=weight_rounding)
-    typer.echo(json.dumps({k: v for k, v in info.items() if isinstance(v, (int, float, str))}, indent=1))
+    # everything, the int8-vs-fp32 errors and agreement on the calibration samples included: they are
+    # what shows a quantization gone wrong
+    typer.echo(json.dumps(info, indent=1, default=str))
 
 
 def calibrate(

@@ -53,6 +53,7 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
       calibration samples, with ORT optimizations off (reference arithmetic) and on (this CPU's kernels).
     """
     from grpo_edge.export.onnx_utils import io_specs, load_onnx
+    from grpo_edge.export.validate import check_calibration
     if method not in METHODS:
         raise ExportError("calibration method must be one of %s, got %r" % ("|".join(METHODS), method))
     if activations not in ACTIVATIONS:
@@ -63,7 +64,7 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     model = load_onnx(onnx_path)
     specs = io_specs(model, "input")
     data, src = _load_calibration(calibration, specs)
-    _check_calibration(data, specs, src, onnx_path)
+    check_calibration(data, specs, src, onnx_path)
     if isinstance(data, list):           # only the inputs the graph has (a recorder may feed more)
         data = [dict((s["name"], f[s["name"]]) for s in specs) for f in data]
     n = len(data) if isinstance(data, list) else len(next(iter(data.values())))
@@ -227,44 +228,6 @@ def _load_calibration(calibration, specs):
         return {names[0]: calibration}, "in-memory array"
     raise ExportError("calibration must be an array, a dict of arrays or a .npy/.npz path, got %s"
                       % type(calibration).__name__)
-
-
-def _check_feeds(feeds, specs, src, onnx_path):
-    """Every feed holds every input with its dtype, rank and static dims (dynamic dims may vary)."""
-    for i, f in enumerate(feeds):
-        for s in specs:
-            if s["name"] not in f:
-                raise ExportError("calibration %s: feed %d lacks input %r of %s" % (src, i, s["name"], onnx_path))
-            a = f[s["name"]]
-            ok = a.dtype == np.dtype(s["dtype"]) and a.ndim == len(s["shape"]) and all(
-                not isinstance(d, int) or d <= 0 or d == got for d, got in zip(s["shape"], a.shape))
-            if not ok:
-                raise ExportError("calibration %s feed %d does not fit %s input %r: expected (%s) %s, found %s %s"
-                                  % (src, i, onnx_path, s["name"], ", ".join(str(d) for d in s["shape"]),
-                                     s["dtype"], tuple(a.shape), a.dtype))
-
-
-def _check_calibration(data, specs, src, onnx_path):
-    if isinstance(data, list):
-        return _check_feeds(data, specs, src, onnx_path)
-    if "?" in data:
-        raise ExportError("%s: one array given, but %s has %d inputs %s"
-                          % (src, onnx_path, len(specs), [s["name"] for s in specs]))
-    counts = set()
-    for s in specs:
-        a = data[s["name"]]
-        want = "(%s) %s" % (", ".join(str(d) for d in s["shape"]), s["dtype"])
-        found = "%s %s" % (tuple(a.shape), a.dtype)
-        ok = a.dtype == np.dtype(s["dtype"]) and a.ndim == len(s["shape"]) and a.ndim >= 1 and a.shape[0] > 0
-        if ok:
-            ok = all(not isinstance(d, int) or d <= 0 or d == got
-                     for d, got in list(zip(s["shape"], a.shape))[1:])
-        if not ok:
-            raise ExportError("calibration %s does not fit %s input %r: expected %s, found %s"
-                              % (src, onnx_path, s["name"], want, found))
-        counts.add(a.shape[0])
-    if len(counts) > 1:
-        raise ExportError("calibration %s: inputs have different sample counts %s" % (src, sorted(counts)))
 
 
 def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512) -> dict:

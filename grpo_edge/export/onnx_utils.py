@@ -31,6 +31,8 @@ def load_onnx(path):
         onnx.checker.check_model(model)
     except Exception as e:
         raise ExportError("%s fails the ONNX checker (%s)" % (path, _first_line(e)))
+    from grpo_edge.export.validate import check_qdq_scales
+    check_qdq_scales(model, path)
     return model
 
 
