@@ -83,7 +83,7 @@ def test_deploy_onnx_fp16_nano(tiny_onnx, tmp_path):
 
 def test_device_scripts_run_without_tensorrt(tmp_path):
     """build_engine.py / run_engine.py: Python 3.6 syntax, importable and --help without tensorrt."""
-    src = os.path.join(HERE, os.pardir, "grpo_edge", "targets", "jetson")
+    src = os.path.join(HERE, os.pardir, "grpo_edge", "runtime")
     for name in ("build_engine.py", "run_engine.py"):
         path = os.path.join(src, name)
         py_compile.compile(path, cfile=str(tmp_path / (name + "c")), doraise=True)

@@ -34,7 +34,7 @@ def text_rows(rows, checkpoint, model, state, task, out, opts, run_row) -> list:
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.torch2onnx import torch2onnx
     from grpo_edge.targets.rpi_text import TEXT_OPS
-    from grpo_edge.targets.rpi_textgen import TextGenerator, model_files, ort_functions
+    from grpo_edge.runtime.textgen import TextGenerator, model_files, ort_functions
 
     cfg = text_config(state)
     problems = eval_problems(task, opts["eval_n"])

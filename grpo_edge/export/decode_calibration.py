@@ -59,7 +59,7 @@ def record_decoding(cfg: dict, functions: dict, prompts, n: int) -> dict:
 
     The encoder of a seq2seq model runs once per prompt, so it gets its own n prompts (no decoding needed).
     """
-    from grpo_edge.targets.rpi_textgen import TextGenerator
+    from grpo_edge.runtime.textgen import TextGenerator
     feeds = {}
 
     def record(part, feed):

@@ -59,22 +59,16 @@ def opset_of(model) -> int:
 
 def session(path, optimize=True, threads=1):
     """An onnxruntime CPU InferenceSession of a file path or serialized model bytes. optimize=False runs
-    the graph as written (no fusions).
+    the graph as written (no fusions): grpo_edge.runtime.ort_session, the set-up the device runners use,
+    with a load failure as a one-line ExportError.
 
     Why the switch: on x86 CPUs without VNNI, ORT's fused int8 kernels (u8s8 via AVX2) can saturate
     and lose accuracy; with optimizations disabled a QDQ model runs as DequantizeLinear -> fp32 op ->
     QuantizeLinear, i.e. exactly the quantization that the model describes (see export/onnx2int8.py).
     """
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    from grpo_edge.runtime.ort_session import ort_session
     try:
-        return ort.InferenceSession(path if isinstance(path, bytes) else str(path), so,
-                                    providers=["CPUExecutionProvider"])
+        return ort_session(path, reference=not optimize, threads=threads)
     except Exception as e:
         raise ExportError("onnxruntime cannot load %s (%s)" % ("the model" if isinstance(path, bytes) else path,
                                                                _first_line(e)))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from grpo_edge import runtime
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_text
 
@@ -24,7 +25,7 @@ DEFAULTS = {"calibration": None, "calibration_samples": 512, "method": "minmax",
             "runs": 1000, "warmup": 100, "eval_n": 0, "min_retention": 0.99, "tolerance": 1e-4, "task": None,
             "seed": 0, "min_agreement": 0.99, "text_runs": 100, "text_warmup": 10, "op_types": None}
 TEXT_ARCHS = ("micro-gpt", "tiny-transformer")     # generation models: deployed by rpi_text (runner decodes text)
-RUNNER = Path(__file__).with_name("rpi_runner.py")
+RUNTIME = {"runner.py": "pi_runner", "ort_session.py": "ort_session"}   # grpo_edge/runtime modules shipped as-is
 
 
 def deploy(source, profile, out_dir, options=None) -> Report:
@@ -98,8 +99,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                                                                    qinfo["format"])] + qinfo["warnings"]
 
     # the folder a user copies to the Pi
-    shutil.copyfile(str(RUNNER), str(out / "runner.py"))
-    (out / "runner.py").chmod(0o755)
+    runtime.ship(out, RUNTIME)
     atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
     sample = {k: v[:64] for k, v in calib.items()}
     np.save(str(out / "sample_inputs.npy"), next(iter(sample.values())))

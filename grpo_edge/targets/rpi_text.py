@@ -20,11 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from grpo_edge import runtime
 from grpo_edge.errors import TargetError
 from grpo_edge.report import atomic_write_text
 
 TEXT_OPS = ("MatMul", "Gemm")
 _HERE = Path(__file__).resolve().parent
+# grpo_edge/runtime modules shipped as-is: the runner, the decoding loop and what they import
+TEXT_RUNTIME = {"runner.py": "pi_runner", "textgen.py": "textgen", "char_tokenizer.py": "char_tokenizer",
+                "ort_session.py": "ort_session"}
 
 
 def deploy_text(model, task, state, source, prof, out, opts, rep):
@@ -35,7 +39,7 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
     from grpo_edge.export.onnx_utils import io_specs, load_onnx
     from grpo_edge.export.torch2onnx import torch2onnx
     from grpo_edge.targets.rpi import _choose, _run_runner
-    from grpo_edge.targets.rpi_textgen import model_files, ort_functions
+    from grpo_edge.runtime.textgen import model_files, ort_functions
 
     if task is None:
         raise TargetError("%s: a text model's deploy needs its task (held-out prompts, calibration prompts), "
@@ -52,9 +56,7 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
     prompts = [p for p, _ in problems]
     cfg["example_prompt"] = prompts[0]
     atomic_write_text(out / "tokenizer.json", json.dumps(cfg, indent=2, ensure_ascii=False))
-    shutil.copyfile(str(_HERE / "rpi_runner.py"), str(out / "runner.py"))
-    shutil.copyfile(str(_HERE / "rpi_textgen.py"), str(out / "textgen.py"))
-    (out / "runner.py").chmod(0o755)
+    runtime.ship(out, TEXT_RUNTIME)
     atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
     atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
     expected = task.greedy_completions(model, prompts)
