@@ -27,13 +27,14 @@ from grpo_edge.core import advantages as adv_lib
 from grpo_edge.core import distributed
 from grpo_edge.core import losses
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
+from grpo_edge.errors import ConfigError
 
 
 def resolve_device(name):
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
+        raise ConfigError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
     return torch.device(name)
 
 
