@@ -58,7 +58,11 @@ class GRPOTrainer(Trainer):
         if model is None:
             kwargs = {k: v for k, v in cfg.model.items() if k != "arch"}
             kwargs.update(task.model_kwargs())
-            model = build_model(cfg.model["arch"], **kwargs)
+            try:
+                model = build_model(cfg.model["arch"], **kwargs)
+            except (TypeError, ValueError) as e:
+                raise ConfigError("model: %s cannot be built for task %s (%s)"
+                                  % (cfg.model["arch"], task.name, str(e).splitlines()[0] if str(e) else e))
         self.config_obj = cfg
         self.save_dir = Path(save_dir) if save_dir else None
         self.show_progress = progress and self.rank == 0

@@ -26,12 +26,13 @@ def train(
 ):
     """Train a policy with GRPO (or PPO, grpo.algo=ppo) on a built-in or your own task."""
     overrides = list(set_)
+    literals = {}          # command-line paths and numbers: taken as given, never parsed as YAML
     if data_path is not None:
         if not Path(data_path).exists():
             raise ConfigError("--data-path %s does not exist" % data_path)
-        overrides.append("task.data_path=%s" % data_path)
+        literals["task.data_path"] = data_path
     if seed is not None:
-        overrides.append("training.seed=%d" % seed)
+        literals["training.seed"] = seed
     if device is not None:
         overrides.append("training.device=%s" % device)
     if amp:
@@ -39,19 +40,21 @@ def train(
     if curriculum is not None:
         overrides.append("curriculum.metric=%s" % curriculum)
     if latent_noise is not None:
-        overrides.append("augment.latent_noise=%r" % latent_noise)
+        literals["augment.latent_noise"] = latent_noise
     if teacher is not None:
-        overrides.append("distill.teacher=%s" % teacher)
+        literals["distill.teacher"] = teacher
     if mono_path is not None:
         if not Path(mono_path).exists():
             raise ConfigError("--mono-path %s does not exist" % mono_path)
-        overrides += ["task.augment=true", "task.mono_path=%s" % mono_path]
+        overrides.append("task.augment=true")
+        literals["task.mono_path"] = mono_path
     if online:
         from grpo_edge.online import run_online_cli
-        return run_online_cli(config, overrides, save_dir)
+        return run_online_cli(config, overrides + ["%s=%s" % (k, json.dumps(v)) for k, v in literals.items()],
+                              save_dir)
     from grpo_edge.config import load_config
     from grpo_edge.trainer import GRPOTrainer, install_sigterm_handler
-    cfg = load_config(config or "cartpole.yaml", overrides=overrides)
+    cfg = load_config(config or "cartpole.yaml", overrides=overrides, literals=literals)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     install_sigterm_handler()
     trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)

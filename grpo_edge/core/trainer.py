@@ -25,15 +25,17 @@ import torch
 
 from grpo_edge.core import advantages as adv_lib
 from grpo_edge.core import distributed
+from grpo_edge.core import finite
 from grpo_edge.core import losses
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
+from grpo_edge.errors import ConfigError
 
 
 def resolve_device(name):
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
+        raise ConfigError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
     return torch.device(name)
 
 
@@ -215,6 +217,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.policy.eval()       # sample without dropout: old_logp then matches the deterministic policy
         ro = self._rollout(G)
         ro.to(self.device)
+        finite.check_rollout(ro, self.step + 1)
         t_rollout = time.time() - t0
         metrics = {"reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std())}
         for name, v in ro.reward_parts.items():
@@ -234,6 +237,7 @@ class Trainer(distributed.ShardedTrainerMixin):
                 ro.ref_logp, _ = self.task.logprobs(self.ref_policy, ro)
 
         stats = self._update(ro, keep) if len(keep) > 0 else {"skipped": 1.0}
+        finite.check_stats(stats, self.step + 1)
         metrics.update(stats)
         dt = time.time() - t0
         metrics.update({
@@ -315,11 +319,15 @@ class Trainer(distributed.ShardedTrainerMixin):
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        if self.scaler is None and not math.isfinite(float(norm)):    # (AMP's scaler skips such steps itself)
+            self.optimizer.zero_grad()
+            finite.check_grad_norm(norm, self.step + 1)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
+        finite.check_parameters(params, self.step + 1)
         self.scheduler.step()
         self.optimizer.zero_grad()
         return float(norm)
@@ -340,6 +348,8 @@ class Trainer(distributed.ShardedTrainerMixin):
             for batch in self.task.warm_start_batches(int(self.t["batch_size"]), self.generator):
                 with self._autocast():
                     loss = self.task.supervised_loss(self.policy, batch)
+                if not math.isfinite(float(loss.detach())):
+                    finite.check_stats({"loss": float(loss.detach())}, 0)
                 opt.zero_grad()
                 loss.float().backward()
                 clip = float(self.t.get("grad_norm_clip", 1.0))

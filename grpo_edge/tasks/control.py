@@ -22,6 +22,8 @@ class ControlTask(Task):
     kind = "control"
     metric_name = "return"
     default_arch = "mlp"
+    archs = ("mlp",)                       # vector observations -> action logits
+    ranges = {"max_steps": (1, None, True), "eval_episodes": (1, None, True)}
     env_id = "CartPole-v1"
     defaults = {"env_id": None, "max_steps": 500, "eval_episodes": 100, "env_kwargs": {}}
 
