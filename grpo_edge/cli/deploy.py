@@ -52,34 +52,49 @@ def calibrate(
 def deploy(
     target: str = typer.Option(..., "--target", "-t", help="esp32, esp32s3, esp32c3, rpi4, rpi5, jetson-nano, jetson-orin-nano."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="A grpo-edge checkpoint."),
-    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead (esp32: int8 QDQ)."),
+    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead: fp32 (quantized with --calibration where the target needs int8) or int8 QDQ."),
     out: str = typer.Option("deploy", "--out", "-o", help="Output folder."),
     precision: Optional[str] = typer.Option(None, "--precision", help="Jetson: fp32, fp16 or int8."),
     activations: Optional[str] = typer.Option(None, "--activations", help="ESP32: auto (default: int8, or int16 "
                                               "activations when int8 flips > 1% of the decisions), int8 or int16."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration set (.npz); default: from the task."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration set (.npz or .npy); default: from the checkpoint's task."),
     option: List[str] = typer.Option([], "--option", help="Target option key=value (repeatable)."),
+    force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that deploy did not make "
+                               "(overwrites files of the same name)."),
 ):
-    """Build, simulate and report a target artifact from a checkpoint."""
-    import yaml
+    """Build, simulate and report a target artifact from a checkpoint, or from an ONNX model (an fp32 one
+    with --calibration, or an int8 QDQ one). A second deploy into the same folder replaces only the files
+    it generated and that are unchanged (MANIFEST.sha256); an edited file is kept, the new one is NAME.new."""
     from grpo_edge.targets import deploy as deploy_target
-    opts = {}
-    for item in option:
-        if "=" not in item:
-            raise GrpoEdgeError("--option expects key=value, got %r" % item)
-        k, v = item.split("=", 1)
-        opts[k.strip()] = yaml.safe_load(v)
+    from grpo_edge.targets.profiles import load_profile
+    opts = dict(option2kv(item) for item in option)
     if precision is not None:
         opts["precision"] = precision
     if calibration is not None:
         opts["calibration"] = calibration
     if activations is not None:
-        if not target.startswith("esp32"):
+        if load_profile(target).get("family") != "esp32":
             raise GrpoEdgeError("--activations applies to the esp32 targets (got --target %s)" % target)
         opts["activations"] = activations
-    report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts)
+    report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts, force=force)
     typer.echo(report.to_markdown() if report is not None else "done")
+    kept = getattr(report, "kept", None)
+    if kept:
+        typer.echo("kept %d file%s you edited in %s; the new version is next to each as NAME.new: %s"
+                   % (len(kept), "s" if len(kept) > 1 else "", out, ", ".join(kept)))
     typer.echo("report: %s" % (Path(out) / "report.md"))
+
+
+def option2kv(item: str):
+    """`key=value` (value read as YAML: numbers, true/false, lists) -> (key, value)."""
+    import yaml
+    if "=" not in item or not item.split("=", 1)[0].strip():
+        raise GrpoEdgeError("--option expects key=value, got %r" % item)
+    k, v = item.split("=", 1)
+    try:
+        return k.strip(), yaml.safe_load(v)
+    except yaml.YAMLError as e:
+        raise GrpoEdgeError("--option %s: value %r is not valid YAML (%s)" % (k.strip(), v, str(e).splitlines()[0]))
 
 
 def bench(
