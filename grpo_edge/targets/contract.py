@@ -232,14 +232,16 @@ def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deplo
             report = build(target, checkpoint, onnx, str(stage), options)
         except GrpoEdgeError as e:
             msg = str(e)
-            if old in msg:                         # the error names a staged file (a report): publish reports
+            if old not in msg:
+                raise
+            reports = [rel for rel in _files(stage) if rel.startswith("report.")]
+            if reports:                            # the error points at the staged report: publish the report
                 for rel in _files(stage):
-                    if not rel.startswith("report."):
+                    if rel not in reports:
                         (stage / rel).unlink()
                 _relocate_text_files(stage, out)
                 publish(stage, out, force)
-                raise type(e)(msg.replace(old, new)) from None
-            raise
+            raise type(e)(msg.replace(old + os.sep, "").replace(old, new)) from None
         _relocate_text_files(stage, out)
         _relocate_report(report, old, new)
         kept = publish(stage, out, force)
