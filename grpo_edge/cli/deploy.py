@@ -11,7 +11,8 @@ from grpo_edge.errors import GrpoEdgeError
 def export(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
     out: str = typer.Option("model.onnx", "--out", "-o", help="Output ONNX path (tiny-transformer: two files)."),
-    opset: int = typer.Option(17, "--opset", help="ONNX opset."),
+    opset: int = typer.Option(17, "--opset", min=13, max=20, help="ONNX opset, 13-20 (13: per-channel int8 "
+                              "Q/DQ; 20: the newest the TorchScript exporter writes)."),
     no_simplify: bool = typer.Option(False, "--no-simplify", help="Skip onnxslim simplification."),
 ):
     """Export a checkpoint's model to ONNX (dynamic batch), checked against torch."""
@@ -40,7 +41,7 @@ def quantize(
 def calibrate(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
     out: str = typer.Option("calibration.npz", "--out", "-o", help="Output .npz."),
-    n: int = typer.Option(512, "--n", help="Number of samples."),
+    n: int = typer.Option(512, "--n", min=1, help="Number of samples (>= 1)."),
     seed: int = typer.Option(0, "--seed"),
 ):
     """Make a calibration set from the checkpoint's task (states its policy visits / dataset samples)."""

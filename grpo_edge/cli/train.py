@@ -67,7 +67,7 @@ def train(
 
 def eval_(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint (last.pt / best.pt)."),
-    n: int = typer.Option(0, "--n", help="Episodes / examples (0 = the task's default)."),
+    n: int = typer.Option(0, "--n", min=0, help="Episodes / examples (0 = the task's default)."),
     split: str = typer.Option("test", "--split", help="test or train."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ):

@@ -33,7 +33,8 @@ def resolve_device(name):
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
+        from grpo_edge.errors import ConfigError
+        raise ConfigError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
     return torch.device(name)
 
 

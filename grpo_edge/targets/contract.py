@@ -213,6 +213,14 @@ def _relocate_report(report, old: str, new: str) -> None:
     report.notes = _relocate(report.notes, old, new)
 
 
+def _disk_full(folder, margin=64 * 1024) -> bool:
+    try:
+        st = os.statvfs(str(folder))
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin
+
+
 def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deploy", options=None, force=False):
     """Check the options and the output folder, run `build(target, checkpoint, onnx, stage, options)` into a
     staging folder, then publish it to `out_dir`. Returns build's Report, with `report.kept` (files the
@@ -225,7 +233,10 @@ def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deplo
         if not Path(options["calibration"]).is_file():
             raise TargetError("calibration file not found: %s" % options["calibration"])
     out = check_out_dir(out_dir, force)
-    stage = make_staging(out)
+    try:
+        stage = make_staging(out)
+    except OSError as e:
+        raise TargetError("cannot write the deploy folder %s: %s" % (out, e.strerror or e)) from None
     old, new = str(stage), str(out.absolute())
     try:
         try:
@@ -241,10 +252,23 @@ def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deplo
                         (stage / rel).unlink()
                 _relocate_text_files(stage, out)
                 publish(stage, out, force)
-            raise type(e)(msg.replace(old + os.sep, "").replace(old, new)) from None
+            else:                                  # a staged file that will not exist: name it by its file name
+                msg = msg.replace(old + os.sep, "")
+            raise type(e)(msg.replace(old, new)) from None
+        except OSError as e:                      # disk full, read-only, permissions: name the folder, one line
+            raise TargetError("cannot write the deploy folder %s: %s; nothing was published"
+                              % (out, e.strerror or e)) from None
+        except Exception:
+            if _disk_full(stage):                 # some writers (torch, onnx) wrap ENOSPC in their own errors
+                raise TargetError("cannot write the deploy folder %s: disk full; nothing was published" % out) \
+                    from None
+            raise
         _relocate_text_files(stage, out)
         _relocate_report(report, old, new)
-        kept = publish(stage, out, force)
+        try:
+            kept = publish(stage, out, force)
+        except OSError as e:
+            raise TargetError("cannot publish the deploy folder %s: %s" % (out, e.strerror or e)) from None
         if report is not None:
             report.kept = kept
         return report
