@@ -113,16 +113,12 @@ def targets_(
     json_out: bool = typer.Option(False, "--json", help="Print every profile with all figures and their sources."),
 ):
     """List the device profiles (targets/*.yaml) with their key figures and sources."""
+    from grpo_edge.cli.listing import rows2text
+    from grpo_edge.targets.profiles import list_profiles, load_profile
     if json_out:
-        from grpo_edge.targets.profiles import list_profiles, load_profile
         typer.echo(json.dumps({n: load_profile(n) for n in list_profiles()}, indent=1, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
-    from grpo_edge.targets.profiles import list_profiles, load_profile
-    table = Table(title="device profiles (figures with sources: grpo-edge targets --json)")
-    for col in ("target", "device", "family", "clock", "RAM", "active power"):
-        table.add_column(col)
+    rows = []
     for name in list_profiles():
         p = load_profile(name)
         f = p["figures"]
@@ -133,9 +129,10 @@ def targets_(
             v = f[key]["value"] if isinstance(f[key], dict) else f[key]
             return "%g %s" % (float(v) / scale, unit)
         ram = val("ram_bytes", 2 ** 30, "GiB") if "ram_bytes" in f else val("sram_bytes", 1024, "KiB")
-        table.add_row(name, p.get("display_name", ""), p.get("family", ""), val("clock_hz", 1e6, "MHz"), ram,
-                      val("active_power_w", 1, "W"))
-    Console().print(table)
+        rows.append((name, p.get("family", ""), val("clock_hz", 1e6, "MHz"), ram, val("active_power_w", 1, "W"),
+                     p.get("display_name", "")))
+    typer.echo(rows2text(("target", "family", "clock", "RAM", "power", "device"), rows))
+    typer.echo("(every figure with its source: grpo-edge targets --json)")
 
 
 def flash(
