@@ -158,6 +158,9 @@ def _validate(cfg):
         raise ConfigError("set exactly one of online.env (an environment) and online.stream (stdin or tcp:PORT)")
     if o["stream"] and o["stream"] != "stdin" and not str(o["stream"]).startswith("tcp:"):
         raise ConfigError("online.stream must be 'stdin' or 'tcp:PORT', got %r" % o["stream"])
+    port = str(o["stream"]).split(":", 1)[1] if o["stream"] and o["stream"] != "stdin" else "1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError("online.stream tcp:PORT needs a port 1-65535, got %r" % o["stream"])
     if o["stream"] and not o["policy"]:
         raise ConfigError("online.stream needs online.policy: the checkpoint the robot runs")
     for key, low in (("max_steps", 1), ("eval_episodes", 1), ("gate_every", 1), ("checkpoint_every", 1),

@@ -14,8 +14,14 @@ def save_figure_atomic(fig, path):
     path = str(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".png")
     os.close(fd)
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        from grpo_edge.report import readable_mode
+        os.chmod(tmp, readable_mode())            # mkstemp makes 0600 files
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def plot_curves(history, path, title="", metric=None):

@@ -70,7 +70,7 @@ def train(
 
 def eval_(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint (last.pt / best.pt)."),
-    n: int = typer.Option(0, "--n", help="Episodes / examples (0 = the task's default)."),
+    n: int = typer.Option(0, "--n", min=0, help="Episodes / examples (0 = the task's default)."),
     split: str = typer.Option("test", "--split", help="test or train."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
@@ -88,16 +88,16 @@ def eval_(
                                           ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
 
 
-def tasks():
+def tasks(
+    json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON (for scripts)."),
+):
     """List the built-in tasks, their model and metric."""
-    from rich.console import Console
-    from rich.table import Table
+    from grpo_edge.cli.listing import rows2json, rows2text
     from grpo_edge.config import builtin_recipes
     from grpo_edge.tasks import DEFAULT_ARCH, TASKS, task_class
     recipes = builtin_recipes()
-    table = Table(title="built-in tasks")
-    for col in ("task", "kind", "model", "metric", "recipe", "description"):
-        table.add_column(col)
+    header = ("task", "kind", "model", "metric", "recipe (--config)", "description")
+    rows = []
     for name in TASKS:
         try:
             cls = task_class(name)
@@ -105,8 +105,8 @@ def tasks():
         except GrpoEdgeError as e:
             kind, metric, doc = "?", "?", "unavailable: %s" % e
         recipe = next((r for r in recipes if r.startswith(name.replace("-", "_"))), "")
-        table.add_row(name, kind, DEFAULT_ARCH.get(name, ""), metric, recipe and "configs/" + recipe, doc)
-    Console().print(table)
+        rows.append((name, kind, DEFAULT_ARCH.get(name, ""), metric, recipe, doc))
+    typer.echo(rows2json(header, rows) if json_out else rows2text(header, rows))
 
 
 def register(app):

@@ -35,6 +35,9 @@ def save_checkpoint(path, state):
         os.makedirs(folder)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o644 & ~mask)              # mkstemp makes 0600 files; a checkpoint is meant to be shared
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()

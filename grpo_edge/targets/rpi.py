@@ -24,6 +24,7 @@ from grpo_edge.report import Report, atomic_write_text
 DEFAULTS = {"calibration": None, "calibration_samples": 512, "method": "minmax", "per_channel": True,
             "runs": 1000, "warmup": 100, "eval_n": 0, "min_retention": 0.99, "tolerance": 1e-4, "task": None,
             "seed": 0, "min_agreement": 0.99, "text_runs": 100, "text_warmup": 10, "op_types": None}
+OPTIONS = tuple(DEFAULTS)                           # what `deploy --option` takes (checked by targets.contract)
 TEXT_ARCHS = ("micro-gpt", "tiny-transformer")     # generation models: deployed by rpi_text (runner decodes text)
 RUNTIME = {"runner.py": "pi_runner", "ort_session.py": "ort_session"}   # grpo_edge/runtime modules shipped as-is
 
@@ -81,6 +82,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     # calibration: user file > the task's inputs (states the policy visits) > the shipped set
     if opts["calibration"]:
         calib, calib_src = load_calibration(opts["calibration"]), str(opts["calibration"])
+        from grpo_edge.targets.contract import check_calibration
+        check_calibration(calib, calib_src)
     elif task is not None:
         x = task_inputs(task, opts["calibration_samples"], policy=model)
         calib = x if isinstance(x, dict) else {inputs[0]["name"]: x.astype(np.float32)}
@@ -233,6 +236,7 @@ def _reference_outputs(model, sample, fp32_path):
 
 
 def _run_runner(out, args):
+    out = Path(out).resolve()         # the runner runs with cwd=out: a relative path would be joined twice
     r = subprocess.run([sys.executable, str(out / "runner.py")] + [str(a) for a in args], cwd=str(out),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
     if r.returncode != 0:

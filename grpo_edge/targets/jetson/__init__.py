@@ -9,6 +9,8 @@
                   unchanged from grpo_edge/runtime
     device        the TensorRT + CUDA path (build, check, time, power) -- untested here
 """
+OPTIONS = ("precision", "trt_version", "calibration", "calib_samples", "calib_method", "cache_trt_version",
+           "max_batch", "dims", "workspace_mb", "evaluate", "build")
 
 
 def deploy(source, profile, out_dir, options=None):

@@ -19,7 +19,6 @@ import numpy as np
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_bytes, atomic_write_text
 
-TARGETS = ("jetson-nano", "jetson-orin-nano")
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
@@ -27,9 +26,9 @@ def _profile(profile) -> dict:
     if isinstance(profile, str):
         from grpo_edge.targets.profiles import load_profile
         profile = load_profile(profile)
-    if not isinstance(profile, dict) or profile.get("name") not in TARGETS:
+    if not isinstance(profile, dict) or profile.get("family") != "jetson":
         got = profile.get("name") if isinstance(profile, dict) else profile
-        raise TargetError("the jetson target takes profile %s, got %r" % (" or ".join(TARGETS), got))
+        raise TargetError("the jetson target takes a profile of family jetson, got %r" % (got,))
     return profile
 
 
@@ -120,7 +119,9 @@ def _calibration(options, ranges, task, model, n):
     c = options.get("calibration")
     names = [r["name"] for r in ranges]
     if isinstance(c, (str, Path)):
-        c = load_calibration(c)
+        from grpo_edge.targets.contract import check_calibration
+        src, c = c, load_calibration(c)
+        check_calibration(c, src)
     if c is None and task is not None:
         c = task_inputs(task, n, policy=model)
     if c is None:
@@ -165,8 +166,11 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     from grpo_edge.export.onnx_utils import count_macs, io_specs, opset_of
     import onnx
 
+    from grpo_edge.targets.contract import check_options
+    from grpo_edge.targets.jetson import OPTIONS
     options = dict(options or {})
     profile = _profile(profile)
+    check_options(profile, options, OPTIONS)
     precision = options.get("precision", "fp16")
     if precision not in PRECISIONS:
         raise TargetError("precision must be one of %s, got %r" % ("|".join(PRECISIONS), precision))
