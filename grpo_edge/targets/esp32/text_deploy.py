@@ -18,7 +18,7 @@ from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_text
 
 DEFAULTS = {"prefix": None, "n_eval": 1000, "n_rv32": 20, "n_calib": 512, "rv32": True, "tflm": False,
-            "host_opts": ("-O2",), "sanitize": None, "firmware": True, "goal_s": 0.3}
+            "host_opts": ("-O2",), "sanitize": None, "firmware": True, "goal_s": 0.3, "activations": None}
 CODE_BYTES_ESTIMATE = 12 * 1024          # generated step + kernels at -O2 (rv32 .text measured 6-9 KB)
 STACK_ESTIMATE = 1024
 ESTIMATE_TARGETS = ("esp32s3", "esp32c3")
@@ -38,13 +38,32 @@ def _fig(profile, key, default=None):
     return float(f["value"]), "%s profile: %s" % (profile.get("name"), f.get("source", ""))
 
 
-def fit_check(q, profile) -> dict:
-    """Flash (weights + tables + code) and RAM (arena + stack) against the chip, before generating."""
+def estimate_bytes(ir) -> int:
+    """Constant bytes of the integer model from the float IR's shapes (before calibrating): int8 weights +
+    9 bytes per output channel (bias, multiplier, shift), int16 embeddings, 1 KB per int16 table."""
+    n = 0
+    for k, v in ir.w.items():
+        if k.endswith("_w") or k == "head":
+            n += v.size + 9 * v.shape[0]
+        elif k in ("tok", "pos", "src_pos", "tgt_pos"):
+            n += 2 * v.size
+        elif k.endswith("_g"):
+            n += 9 * v.size
+    return n + 1026 * (2 + ir.cfg["n_layer"])
+
+
+def fit_check(q, profile, ir=None) -> dict:
+    """Flash (weights + tables + code) and RAM (arena + stack) against the chip, before generating.
+    With ir (and q None): the same check from the float model's shapes, before calibrating."""
     from .deploy import APP_PARTITION, IDF_FLASH_RESERVED, IDF_RAM_RESERVED
     from .textgen_c import arena_plan
     from .textir import weight_bytes
     name = profile.get("name", "?")
-    wbytes = weight_bytes(q)
+    if q is None:
+        q = {"arch": ir.arch, "cfg": ir.cfg}
+        wbytes = estimate_bytes(ir)
+    else:
+        wbytes = weight_bytes(q)
     arena = arena_plan(q["cfg"])["bytes"] if q["arch"] == "micro-gpt" else _s2s_arena(q)
     flash_total = int(_fig(profile, "flash_bytes", 4 << 20)[0])
     flash_avail = min(flash_total, APP_PARTITION) - IDF_FLASH_RESERVED
@@ -119,6 +138,10 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
     prefix = textgen_c.check_prefix(opts["prefix"] or str(state.get("task") or "model").replace("-", "_"))
     out = Path(out_dir)
     t0 = time.time()
+    if opts["activations"] not in (None, "auto", "int16"):
+        raise TargetError("the ESP32 text path computes with int16 activations (16x8); --activations %s is not "
+                          "available for text models" % opts["activations"])
+    fit_check(None, prof, ir)                                   # from the shapes: too big -> error before calibrating
     calib = [p for p, _ in task.train_problems[:int(opts["n_calib"])]]
     q = textir2int(ir, calib)
     fit = fit_check(q, prof)                                    # too big -> TargetError, nothing written
