@@ -33,6 +33,10 @@ def _deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):
     if family not in FAMILY_MODULES:
         raise TargetError("target %s has no deploy pipeline (family %r)" % (profile["name"], family))
     options = dict(options or {})
+    if family == "esp32" and checkpoint is not None:      # text models: their own integer path (esp32/text_deploy.py)
+        from grpo_edge.targets.esp32.text_deploy import deploy_text, is_text_checkpoint
+        if is_text_checkpoint(source):
+            return deploy_text(str(source), profile, out_dir, options)
     if family == "esp32":
         from grpo_edge.targets.esp32_pipeline import prepare_int8
         source, options = prepare_int8(source, Path(out_dir), options, from_checkpoint=checkpoint is not None)
