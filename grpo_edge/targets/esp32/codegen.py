@@ -68,6 +68,9 @@ def _clamp(v, lo, hi) -> str:
     return "        if (%s < %d) %s = %d;\n        if (%s > %d) %s = %d;\n" % (v, lo, v, lo, v, hi, v, hi)
 
 
+# Per-op instruction counting (bench/esp32_kernels.py): GX_MARK(i) runs before op i and after the last op.
+MARK = "#ifndef GX_MARK\n#define GX_MARK(i) ((void)0)\n#endif\n"
+
 HELPERS = """\
 static inline int32_t {p}_srdhm(int32_t a, int32_t b)
 {{
@@ -169,7 +172,7 @@ class _Emitter:
         body, args = fn(i, op, name)
         self.funcs.append("/* op %d: %s %s -> %s */\n%s" % (i, op.kind, _c_comment(op.name),
                                                            list(self.g.tensors[op.output].shape), body))
-        self.calls.append("    %s(%s);" % (name, ", ".join(args)))
+        self.calls.append("    GX_MARK(%d);\n    %s(%s);" % (i, name, ", ".join(args)))
 
     # -- kernels
     def k_fc(self, i, op, name):
@@ -489,13 +492,14 @@ def generate(graph, prefix: str) -> Generated:
            "/* Activations: %d bytes planned (%d without buffer reuse). */" % (plan.arena_bytes, plan.naive_bytes),
            ("static union { int32_t words[%d];%s int8_t bytes[%d]; } %s_arena;\n" % (arena // 4, halves, arena, prefix)
             if plan.arena_bytes else "/* no arena: every op reads in and writes out */\n"),
-           HELPERS.format(p=prefix)]
+           MARK, HELPERS.format(p=prefix)]
     if any(op.kind == "tanh16" for op in graph.ops):
         src.append("/* TFLite's sigmoid_table_uint16: sigmoid(i / 24) in 0.16 fixed point, tuned for interpolation. */\n"
                    + _array("uint16_t", "%s_sigmoid16" % prefix, SIGMOID_TABLE_UINT16))
     src += e.data
     src += e.funcs
-    src += ["int %s_invoke(const %s *in, %s *out)\n{" % (prefix, tin.ctype, tout.ctype)] + e.calls + ["    return 0;\n}\n"]
+    src += (["int %s_invoke(const %s *in, %s *out)\n{" % (prefix, tin.ctype, tout.ctype)] + e.calls +
+            ["    GX_MARK(%d);\n    return 0;\n}\n" % len(graph.ops)])
     return Generated("\n".join(hdr), "\n".join(src), plan, prefix, tin.dtype, tout.dtype)
 
 

@@ -101,8 +101,9 @@ def build(name: str, out_dir, seed: int = 0) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fp32, int8 = out / (name + ".onnx"), out / (name + ".int8.onnx")
+    # batch axis dynamic: the int16 export probes tensor ranges in batches (onnx_utils.tensor_values)
     torch.onnx.export(model, (torch.randn(*shape),), str(fp32), dynamo=False, opset_version=17,
-                      input_names=["x"], output_names=["y"])
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     data = calibration(shape, seed=seed)
     if name in INT16_NAMES:
         from grpo_edge.export.onnx2int8 import onnx2int8
