@@ -9,11 +9,4 @@
                   unchanged from grpo_edge/runtime
     device        the TensorRT + CUDA path (build, check, time, power) -- untested here
 """
-OPTIONS = ("precision", "trt_version", "calibration", "calib_samples", "calib_method", "cache_trt_version",
-           "max_batch", "dims", "workspace_mb", "evaluate", "build")
-
-
-def deploy(source, profile, out_dir, options=None):
-    """See grpo_edge.targets.jetson.deploy.deploy."""
-    from grpo_edge.targets.jetson.deploy import deploy as _deploy
-    return _deploy(source, profile, out_dir, options)
+from grpo_edge.targets.jetson.deploy import OPTIONS, deploy  # noqa: F401

@@ -19,6 +19,9 @@ import numpy as np
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_bytes, atomic_write_text
 
+OPTIONS = ("precision", "trt_version", "calibration", "calib_samples", "calib_method", "cache_trt_version",
+           "max_batch", "dims", "workspace_mb", "evaluate", "build")     # what `deploy --option` takes
+
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
@@ -167,7 +170,6 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     import onnx
 
     from grpo_edge.targets.contract import check_options
-    from grpo_edge.targets.jetson import OPTIONS
     options = dict(options or {})
     profile = _profile(profile)
     check_options(profile, options, OPTIONS)
