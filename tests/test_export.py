@@ -66,7 +66,7 @@ def test_export_rejects_a_plain_module(tmp_path):
 
 
 def test_int8_keeps_the_task_metric(cartpole_onnx, tmp_path):
-    from grpo_edge.bench.runtime import onnx_policy, task_metric
+    from grpo_edge.export.evaluate import onnx_policy, task_metric
     path, model, state = cartpole_onnx
     task = task_from_state(state)
     calib = task.calibration_inputs(512, policy=model)

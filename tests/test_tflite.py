@@ -57,7 +57,7 @@ def test_int8_tflite_uses_our_parameters(models):
 
 
 def test_tflite_keeps_the_task_metric(models):
-    from grpo_edge.bench.runtime import task_metric
+    from grpo_edge.export.evaluate import task_metric
     from grpo_edge.bench.tflite import onnx2tflite, tflite_policy
     d, task, _ = models
     onnx2tflite(d / "model.int8.onnx", d / "m8.tflite")

@@ -29,7 +29,7 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
     "failed: ..." and empty figures, never a made-up number.
     """
     import torch
-    from grpo_edge.bench.runtime import median_latency, onnx_policy, task_metric
+    from grpo_edge.export.evaluate import median_latency, onnx_policy, task_metric
     from grpo_edge.core.checkpoint import load_policy
     from grpo_edge.export.calibration import load_calibration, task_from_state, task_inputs
     from grpo_edge.export.onnx2int8 import onnx2int8
@@ -124,7 +124,7 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
                 if fmt != "tflite int8":
                     raise
                 # ops onnx2tflite lacks (Conv, pools): same int8 parameters through the ESP32 IR builder
-                from grpo_edge.bench.runtime import ArrayPolicy
+                from grpo_edge.export.evaluate import ArrayPolicy
                 from grpo_edge.bench.tflite import qdq2tflite_int8
                 run = qdq2tflite_int8(paths[src], paths[fmt])
                 what = str(e).split(": ", 1)[-1].split(" has no")[0]           # e.g. "op Conv (node /stem/conv/Conv)"

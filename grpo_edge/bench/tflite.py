@@ -477,7 +477,7 @@ def run_tflite(path, x) -> np.ndarray:
 
 def tflite_policy(path):
     """An ArrayPolicy over a .tflite file, so a task scores it with its own metric."""
-    from grpo_edge.bench.runtime import ArrayPolicy
+    from grpo_edge.export.evaluate import ArrayPolicy
     return ArrayPolicy(_Runner(path), name=str(path))
 
 

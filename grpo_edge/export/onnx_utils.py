@@ -179,3 +179,15 @@ def count_macs(model, batch: int = 1, dims: Dict[str, int] = None) -> int:
 def _first_line(e) -> str:
     s = str(e).strip()
     return (s.splitlines()[0] if s else type(e).__name__)[:300]
+
+
+def completion_macs(cfg: dict, fp32_files: dict, new_tokens: int) -> list:
+    """MACs of each model call of one batch-1 completion with `new_tokens` tokens (EOS included)."""
+    new = max(1, int(new_tokens))
+    if cfg["arch"] == "micro-gpt":
+        m = load_onnx(fp32_files["model"])
+        return [count_macs(m, 1, {"past_len": t}) for t in range(cfg["input_len"] + new - 1)]
+    s = cfg["input_len"]
+    enc, dec = load_onnx(fp32_files["encoder"]), load_onnx(fp32_files["decoder_step"])
+    return [count_macs(enc, 1, {"src_len": s})] + [count_macs(dec, 1, {"src_len": s, "tgt_len": t})
+                                                   for t in range(1, new + 1)]

@@ -11,13 +11,12 @@ energy from the profile (labelled as estimates).
 """
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from grpo_edge import runtime
+from grpo_edge.targets.pi_folder import choose_model, run_runner
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_text
 
@@ -112,7 +111,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     np.save(str(out / "expected_outputs.npy"), ref)
     sim = {}
     for tag, path, reference in (("fp32", fp32_path, False), ("int8", int8_path, True)):
-        got = np.asarray(_run_runner(out, ["--model", path.name, "--input", "sample_inputs.npy", "--json"]
+        got = np.asarray(run_runner(out, ["--model", path.name, "--input", "sample_inputs.npy", "--json"]
                                      + (["--reference"] if reference else []))["outputs"], dtype=np.float64)
         sim[tag] = {"max_abs_diff": float(np.max(np.abs(got - ref))),
                     "action_agreement": float(np.mean(got.argmax(-1) == ref.argmax(-1))) if ref.ndim >= 2 else None}
@@ -134,7 +133,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     # host latency with the shipped runner (ORT optimizations on, as on the device)
     lat = {}
     for tag, path in (("fp32", fp32_path), ("int8", int8_path)):
-        b = _run_runner(out, ["--model", path.name, "--bench", "--runs", str(opts["runs"]), "--warmup",
+        b = run_runner(out, ["--model", path.name, "--bench", "--runs", str(opts["runs"]), "--warmup",
                               str(opts["warmup"]), "--json"])["bench"]
         lat[tag] = b["latency_median_s"]
         rep.add("host_latency_%s_s" % tag, b["latency_median_s"], "s", b["how"],
@@ -150,12 +149,12 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                 "%s.evaluate (%s), greedy; %s" % (type(task).__name__, task.metric_name, _METRIC_HOW[k]))
     keep = None
     if "onnx_fp32" in metrics and "onnx_int8" in metrics:
-        from grpo_edge.bench.runtime import retention
+        from grpo_edge.export.evaluate import retention
         keep = retention(metrics["onnx_int8"], metrics["onnx_fp32"], getattr(task, "higher_is_better", True))
         rep.add("int8_metric_retention", keep, "fraction", "measured-host",
                 "metric_onnx_int8 / metric_onnx_fp32")
 
-    chosen, why = _choose(keep, lat, opts["min_retention"])
+    chosen, why = choose_model(keep, lat, opts["min_retention"])
     rep.sections["choice"] = {"chosen": chosen, "why": why}
     deploy_cfg = {"chosen": chosen, "why": why, "int8_allowed": bool(keep is not None and keep >= opts["min_retention"]),
                   "inputs": inputs, "outputs": io_specs(m32, "output"),
@@ -235,18 +234,8 @@ def _reference_outputs(model, sample, fp32_path):
     return session(fp32_path).run(None, sample)[0].astype(np.float64)
 
 
-def _run_runner(out, args):
-    out = Path(out).resolve()         # the runner runs with cwd=out: a relative path would be joined twice
-    r = subprocess.run([sys.executable, str(out / "runner.py")] + [str(a) for a in args], cwd=str(out),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
-    if r.returncode != 0:
-        tail = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
-        raise TargetError("runner.py %s failed on this host: %s" % (" ".join(map(str, args[:2])), tail))
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def _task_metrics(task, model, fp32_path, int8_path, n):
-    from grpo_edge.bench.runtime import onnx_policy, task_metric
+    from grpo_edge.export.evaluate import onnx_policy, task_metric
     out = {}
     if model is not None:
         out["torch"] = task_metric(task, model, n)
@@ -254,16 +243,3 @@ def _task_metrics(task, model, fp32_path, int8_path, n):
     out["onnx_int8"] = task_metric(task, onnx_policy(int8_path, reference=True), n)
     out["onnx_int8_ort_optimized"] = task_metric(task, onnx_policy(int8_path, reference=False), n)
     return out
-
-
-def _choose(keep, lat, min_retention):
-    """fp32 or int8, by measurement: int8 only if it keeps the metric AND is faster on the measured host."""
-    faster = lat["int8"] < lat["fp32"]
-    speed = "int8 %.3g s vs fp32 %.3g s median on this host" % (lat["int8"], lat["fp32"])
-    if keep is None:
-        return "model.onnx", "no task metric to check int8 against: fp32 kept (%s)" % speed
-    if keep < min_retention:
-        return "model.onnx", "int8 keeps %.4f of the fp32 metric (< %.2f): fp32 (%s)" % (keep, min_retention, speed)
-    if not faster:
-        return "model.onnx", "int8 keeps %.4f of the metric but is not faster (%s): fp32" % (keep, speed)
-    return "model.int8.onnx", "int8 keeps %.4f of the metric and is faster (%s)" % (keep, speed)

@@ -14,7 +14,6 @@ levels over that range (measured on zh-en-numbers: exact match 0.75 fp32 -> 0.01
 quantized, 0.76 with MatMul/Gemm only).
 """
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -33,12 +32,12 @@ TEXT_RUNTIME = {"runner.py": "pi_runner", "textgen.py": "textgen", "char_tokeniz
 
 def deploy_text(model, task, state, source, prof, out, opts, rep):
     """Export, calibrate from decoding, quantize, simulate with the runner, measure, choose; returns rep."""
-    from grpo_edge.bench.runtime import eval_problems, retention, text_metric
+    from grpo_edge.export.evaluate import eval_problems, retention, text_metric
     from grpo_edge.export.decode_calibration import decode_calibration, part_path, text_config
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.onnx_utils import io_specs, load_onnx
     from grpo_edge.export.torch2onnx import torch2onnx
-    from grpo_edge.targets.rpi import _choose, _run_runner
+    from grpo_edge.targets.pi_folder import choose_model, run_runner
     from grpo_edge.runtime.textgen import model_files, ort_functions
 
     if task is None:
@@ -88,7 +87,7 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
     sim, metrics = {}, {"torch": text_metric(task, expected, problems)}
     for tag, name, reference in (("fp32", "model.onnx", False), ("int8", "model.int8.onnx", True),
                                  ("int8_ort_optimized", "model.int8.onnx", False)):
-        got = _run_runner(out, ["--model", name, "--prompts", "prompts.txt", "--json"]
+        got = run_runner(out, ["--model", name, "--prompts", "prompts.txt", "--json"]
                           + (["--reference"] if reference else []))["completions"]
         sim[tag] = {"agreement_with_torch": float(np.mean([a == b for a, b in zip(got, expected)])),
                     "examples": [[p, c] for p, c in zip(prompts[:3], got[:3])]}
@@ -114,7 +113,7 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
     # host latency with the shipped runner: batch-1 completions of one held-out prompt
     lat, benches = {}, {}
     for tag, name in (("fp32", "model.onnx"), ("int8", "model.int8.onnx")):
-        b = _run_runner(out, ["--model", name, "--bench", "--runs", str(opts["text_runs"]), "--warmup",
+        b = run_runner(out, ["--model", name, "--bench", "--runs", str(opts["text_runs"]), "--warmup",
                               str(opts["text_warmup"]), "--json"])["bench"]
         lat[tag], benches[tag] = b["per_completion_median_s"], b
         src = ("runner.py --bench on %s, onnxruntime %s, 1 thread, prompt %r (%d new tokens, %d model calls), "
@@ -128,7 +127,7 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
         rep.add("size_%s_bytes" % tag, sum(Path(f).stat().st_size for f in files[tag].values()), "B", "exact",
                 " + ".join(Path(f).name for f in files[tag].values()))
 
-    chosen, why = _choose(keep, lat, opts["min_retention"])
+    chosen, why = choose_model(keep, lat, opts["min_retention"])
     rep.sections["choice"] = {"chosen": chosen, "why": why}
     main = load_onnx(files["fp32"][list(files["fp32"])[-1]])
     atomic_write_text(out / "deploy.json", json.dumps({
@@ -148,7 +147,7 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
 def _estimates(rep, prof, cfg, fp32_files, bench):
     """Device latency / energy per completion: the sum over the completion's model calls of the profile's
     per-call estimate (call_overhead_s + MACs / MAC rate), MACs counted at each call's real shapes."""
-    from grpo_edge.bench.text import completion_macs
+    from grpo_edge.export.onnx_utils import completion_macs
     from grpo_edge.targets.profiles import estimate_energy, estimate_latency
     calls = completion_macs(cfg, fp32_files, bench["new_tokens"])
     rep.add("macs_per_completion", int(sum(calls)), "MAC", "exact",

@@ -253,7 +253,7 @@ def fp32_agreement(graph, fp32_onnx, xf) -> float:
 def task_metrics(graph, task, fp32_onnx) -> dict:
     """The task's own metric (e.g. CartPole return) with the fp32 model and with the integer reference
     driving the task: decisions that differ only where the policy is indifferent cost nothing here."""
-    from grpo_edge.bench.runtime import ArrayPolicy, onnx_policy, task_metric
+    from grpo_edge.export.evaluate import ArrayPolicy, onnx_policy, task_metric
     from . import reference as R
     tin, tout = graph.tensors[graph.input], graph.tensors[graph.output]
     shape = tuple(tin.shape[1:])

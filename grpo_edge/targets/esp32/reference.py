@@ -8,8 +8,6 @@ Every kernel takes a batch: activations are int8 arrays whose first axis is the 
 in the ONNX layout (NCHW for images). Accumulators are computed in int64 and checked to fit int32,
 so an overflow that would be undefined behaviour in C is reported instead of silently wrapped.
 """
-import math
-
 import numpy as np
 
 from .fixedpoint import (INT32_MAX, INT32_MIN, check_int32 as _check_int32, clamp8, clamp16, f32,  # noqa: F401

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import List
 
-from grpo_edge.report import atomic_write_bytes, atomic_write_text
+from grpo_edge.report import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 
