@@ -11,9 +11,10 @@ from grpo_edge.core.checkpoint import load_policy
 from grpo_edge.core.models import build_model
 from grpo_edge.errors import CheckpointError, ExportError
 from grpo_edge.export.calibration import (builtin_calibration, calibration_meta, checkpoint2calibration,
-                                          load_calibration, task_from_state)
+                                          load_calibration)
 from grpo_edge.export.onnx2int8 import onnx2int8
 from grpo_edge.export.onnx_utils import count_macs, io_specs, load_onnx
+from grpo_edge.tasks import task_from_state
 from grpo_edge.export.torch2onnx import torch2onnx
 
 ARCHS = {

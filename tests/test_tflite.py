@@ -15,7 +15,7 @@ need(OK, WHY)
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.torch2onnx import torch2onnx
     d = tmp_path_factory.mktemp("tfl")

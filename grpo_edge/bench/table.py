@@ -31,7 +31,8 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
     import torch
     from grpo_edge.export.evaluate import median_latency, onnx_policy, task_metric
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import load_calibration, task_from_state, task_inputs
+    from grpo_edge.export.calibration import load_calibration, task_inputs
+    from grpo_edge.tasks import task_from_state
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.onnx_utils import count_macs, load_onnx, session
     from grpo_edge.export.torch2onnx import torch2onnx

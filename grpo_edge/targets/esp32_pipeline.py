@@ -39,8 +39,8 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     if not from_checkpoint:
         return _prepare_onnx(source, out_dir, options, calib, activations, rounding, method, min_agreement)
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import (checkpoint2calibration, load_calibration, task_from_state,
-                                              task_inputs)
+    from grpo_edge.tasks import task_from_state
+    from grpo_edge.export.calibration import checkpoint2calibration, load_calibration, task_inputs
     from grpo_edge.export.torch2onnx import torch2onnx
     from grpo_edge.targets.contract import check_calibration
 

@@ -203,7 +203,7 @@ _METRIC_HOW = {"torch": "torch checkpoint", "onnx_fp32": "model.onnx in onnxrunt
 
 def _load_source(source, opts, rep):
     """-> (torch model or None, task or None, checkpoint state or None)."""
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     if not source.exists():
         raise TargetError("source not found: %s" % source)
     if source.suffix == ".onnx":

@@ -1,7 +1,7 @@
 """Task registry. Built-in tasks are imported lazily (gymnasium / scikit-learn only when used)."""
 import importlib
 
-from grpo_edge.errors import ConfigError
+from grpo_edge.errors import CheckpointError, ConfigError
 
 # name -> "module:Class"
 TASKS = {
@@ -48,3 +48,16 @@ def get_task(name, cfg=None, seed=0):
     if defaults is not None:
         cfg = dict(defaults, **cfg)
     return cls(cfg, seed=seed)
+
+
+def task_from_state(state: dict, seed: int = 0):
+    """Rebuild the task a checkpoint was trained on (name from state["task"], config from state["config"])."""
+    name = state.get("task") or (state.get("config", {}).get("task", {}) or {}).get("name")
+    if not name:
+        raise CheckpointError("checkpoint names no task: cannot rebuild it")
+    cfg = dict((state.get("config", {}) or {}).get("task", {}) or {})
+    try:
+        return get_task(name, cfg, seed=seed)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError("cannot rebuild task %r from the checkpoint (%s)" % (name, msg[:200]))

@@ -145,7 +145,7 @@ def _task(state):
     if not state:
         return None
     from grpo_edge.errors import CheckpointError
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     try:
         return task_from_state(state)
     except CheckpointError:
