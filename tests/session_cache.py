@@ -33,13 +33,15 @@ def _once(name: str, make) -> Path:
 
 
 def sample(name: str) -> Path:
-    """grpo_edge.targets.esp32.samples.build(name), quantized ONNX."""
+    """grpo_edge.targets.esp32.samples.build(name): the quantized <name>.int8.onnx, with the fp32
+    <name>.onnx it was made from in the same folder."""
     from grpo_edge.targets.esp32 import samples
 
     def make(tmp):
         tmp.mkdir()
-        return samples.build(name, tmp)
-    return _once(name + ".int8.onnx", make)
+        samples.build(name, tmp)
+        return tmp
+    return _once("sample-" + name, make) / (name + ".int8.onnx")
 
 
 def checkpoint(kind: str) -> Path:
