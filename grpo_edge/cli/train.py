@@ -75,16 +75,21 @@ def eval_(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Evaluate a checkpoint on its task (greedy)."""
-    from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.tasks import get_task
+    from grpo_edge.core.checkpoint import check_fits_task, load_policy
+    from grpo_edge.export.calibration import task_from_state
+    if n < 0:
+        raise ConfigError("--n must be >= 0 (0 = the task's default), got %d" % n)
+    if split not in ("test", "train"):
+        raise ConfigError("--split must be test or train, got %r" % split)
     model, state = load_policy(checkpoint)
-    cfg = state.get("config", {})
-    task = get_task(state["task"], cfg.get("task", {}), seed=cfg.get("training", {}).get("seed", 0))
+    seed = (state.get("config") or {}).get("training", {}).get("seed", 0)
+    task = task_from_state(state, seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
+    check_fits_task(model, task, checkpoint)
     res = task.evaluate(model, split, n)
     if json_out:
         typer.echo(json.dumps(res))
     else:
-        typer.echo("%s on %s (%s): %s" % (state["arch"], state["task"], split,
+        typer.echo("%s on %s (%s): %s" % (state["arch"], task.name, split,
                                           ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
 
 

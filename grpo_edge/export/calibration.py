@@ -22,10 +22,12 @@ DEFAULT_N = 512
 def task_from_state(state: dict, seed: int = 0):
     """Rebuild the task a checkpoint was trained on (name from state["task"], config from state["config"])."""
     from grpo_edge.tasks import get_task
-    name = state.get("task") or (state.get("config", {}).get("task", {}) or {}).get("name")
-    if not name:
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    task_cfg = config.get("task") if isinstance(config.get("task"), dict) else {}
+    name = state.get("task") or task_cfg.get("name")
+    if not name or not isinstance(name, str):
         raise CheckpointError("checkpoint names no task: cannot rebuild it")
-    cfg = dict((state.get("config", {}) or {}).get("task", {}) or {})
+    cfg = dict(task_cfg)
     try:
         return get_task(name, cfg, seed=seed)
     except Exception as e:
@@ -115,6 +117,8 @@ def checkpoint2calibration(checkpoint, out_path, n: int = DEFAULT_N, seed: int =
         raise ExportError("%s: %s has a multi-input runtime function; pass an .npz with one array per input"
                           % (checkpoint, state["arch"]))
     task = task_from_state(state, seed=seed)
+    from grpo_edge.core.checkpoint import check_fits_task
+    check_fits_task(model, task, checkpoint)
     x = task_inputs(task, n, policy=model if use_policy else None)
     want = spec.example_inputs[0]
     if tuple(x.shape[1:]) != tuple(want.shape[1:]):
