@@ -28,6 +28,8 @@ def main():
         typer.echo("error: %s" % e, err=True)
         sys.exit(2)
     except KeyboardInterrupt:
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         typer.echo("interrupted", err=True)
         sys.exit(130)
 

@@ -58,10 +58,22 @@ def train(
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     install_sigterm_handler()
     trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+    for key, old, new in getattr(trainer, "resume_changes", None) or []:
+        typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
     try:
         summary = trainer.train()
     except KeyboardInterrupt:
-        typer.echo("interrupted: saved %s (continue with --resume)" % (run_dir / "last.pt"), err=True)
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)         # a further Ctrl-C cannot cut this message short
+        last = run_dir / "last.pt"
+        if trainer.interrupted_at is not None:
+            typer.echo("interrupted: saved %s at step %d (continue with --resume)" % (last, trainer.interrupted_at),
+                       err=True)
+        elif last.exists():
+            typer.echo("interrupted: nothing new saved; %s holds the last completed save (continue with --resume)"
+                       % last, err=True)
+        else:
+            typer.echo("interrupted: nothing saved yet (last.pt is written every training.save_every steps)", err=True)
         raise typer.Exit(130)
     metric = summary["metric"]
     typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
