@@ -43,6 +43,8 @@ def main():
             typer.echo("error: %s" % usage2line(e), err=True)
         sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         typer.echo("interrupted", err=True)
         sys.exit(130)
     except OSError as e:

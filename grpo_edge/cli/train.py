@@ -58,10 +58,22 @@ def train(
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     install_sigterm_handler()
     trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+    for key, old, new in getattr(trainer, "resume_changes", None) or []:
+        typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
     try:
         summary = trainer.train()
     except KeyboardInterrupt:
-        typer.echo("interrupted: saved %s (continue with --resume)" % (run_dir / "last.pt"), err=True)
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)         # a further Ctrl-C cannot cut this message short
+        last = run_dir / "last.pt"
+        if trainer.interrupted_at is not None:
+            typer.echo("interrupted: saved %s at step %d (continue with --resume)" % (last, trainer.interrupted_at),
+                       err=True)
+        elif last.exists():
+            typer.echo("interrupted: nothing new saved; %s holds the last completed save (continue with --resume)"
+                       % last, err=True)
+        else:
+            typer.echo("interrupted: nothing saved yet (last.pt is written every training.save_every steps)", err=True)
         raise typer.Exit(130)
     metric = summary["metric"]
     typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
@@ -75,16 +87,21 @@ def eval_(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Evaluate a checkpoint on its task (greedy)."""
-    from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.tasks import get_task
+    from grpo_edge.core.checkpoint import check_fits_task, load_policy
+    from grpo_edge.export.calibration import task_from_state
+    if n < 0:
+        raise ConfigError("--n must be >= 0 (0 = the task's default), got %d" % n)
+    if split not in ("test", "train"):
+        raise ConfigError("--split must be test or train, got %r" % split)
     model, state = load_policy(checkpoint)
-    cfg = state.get("config", {})
-    task = get_task(state["task"], cfg.get("task", {}), seed=cfg.get("training", {}).get("seed", 0))
+    seed = (state.get("config") or {}).get("training", {}).get("seed", 0)
+    task = task_from_state(state, seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
+    check_fits_task(model, task, checkpoint)
     res = task.evaluate(model, split, n)
     if json_out:
         typer.echo(json.dumps(res))
     else:
-        typer.echo("%s on %s (%s): %s" % (state["arch"], state["task"], split,
+        typer.echo("%s on %s (%s): %s" % (state["arch"], task.name, split,
                                           ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
 
 

@@ -102,6 +102,8 @@ def checkpoint2calibration(checkpoint, out_path, n: int = DEFAULT_N, seed: int =
         raise ExportError("%s: %s has a multi-input runtime function; pass an .npz with one array per input"
                           % (checkpoint, state["arch"]))
     task = task_from_state(state, seed=seed)
+    from grpo_edge.core.checkpoint import check_fits_task
+    check_fits_task(model, task, checkpoint)
     x = task_inputs(task, n, policy=model if use_policy else None)
     want = spec.example_inputs[0]
     if tuple(x.shape[1:]) != tuple(want.shape[1:]):

@@ -52,10 +52,12 @@ def get_task(name, cfg=None, seed=0):
 
 def task_from_state(state: dict, seed: int = 0):
     """Rebuild the task a checkpoint was trained on (name from state["task"], config from state["config"])."""
-    name = state.get("task") or (state.get("config", {}).get("task", {}) or {}).get("name")
-    if not name:
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    task_cfg = config.get("task") if isinstance(config.get("task"), dict) else {}
+    name = state.get("task") or task_cfg.get("name")
+    if not name or not isinstance(name, str):
         raise CheckpointError("checkpoint names no task: cannot rebuild it")
-    cfg = dict((state.get("config", {}) or {}).get("task", {}) or {})
+    cfg = dict(task_cfg)
     try:
         return get_task(name, cfg, seed=seed)
     except Exception as e:
