@@ -119,7 +119,9 @@ def atomic_write_bytes(path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, str(path))
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:     # a failed write() names no file: name ours
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise
