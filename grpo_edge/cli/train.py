@@ -88,7 +88,7 @@ def eval_(
 ):
     """Evaluate a checkpoint on its task (greedy)."""
     from grpo_edge.core.checkpoint import check_fits_task, load_policy
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     if n < 0:
         raise ConfigError("--n must be >= 0 (0 = the task's default), got %d" % n)
     if split not in ("test", "train"):

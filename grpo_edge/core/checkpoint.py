@@ -143,23 +143,6 @@ def check_fits_task(model, task, path=""):
                                      getattr(task, "name", "?"), value))
 
 
-def _check_arch_fits_task(state, path):
-    name = state.get("task")
-    try:
-        from grpo_edge.tasks import TASKS, task_class
-    except ImportError:          # a device without the task modules: nothing to check against
-        return
-    if name not in TASKS:
-        return
-    try:
-        allowed = getattr(task_class(name), "archs", None)
-    except Exception:
-        return
-    if allowed and state["arch"] not in allowed:
-        raise CheckpointError("%s: architecture %s does not fit task %s (it takes %s)"
-                              % (path, state["arch"], name, ", ".join(allowed)))
-
-
 # torch.load(weights_only=True) exists from torch 1.13. Older torch (JetPack 4.6 ships 1.10) gets the same
 # guarantee -- containers, scalars, strings and tensors only, never arbitrary objects -- from an unpickler
 # that refuses every global except what a tensor or a state dict needs.
@@ -193,7 +176,6 @@ def load_policy(path, map_location="cpu"):
     state = load_checkpoint(path, map_location)
     if state["arch"] not in ARCHS:
         raise CheckpointError("%s: unknown architecture %r (known: %s)" % (path, state["arch"], ", ".join(sorted(ARCHS))))
-    _check_arch_fits_task(state, path)
     try:
         model = build_model(state["arch"], **state["model_config"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:

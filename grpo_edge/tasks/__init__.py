@@ -58,6 +58,10 @@ def task_from_state(state: dict, seed: int = 0):
     if not name or not isinstance(name, str):
         raise CheckpointError("checkpoint names no task: cannot rebuild it")
     cfg = dict(task_cfg)
+    allowed = getattr(task_class(name), "archs", None) if name in TASKS else None
+    if allowed and state.get("arch") not in allowed:
+        raise CheckpointError("checkpoint's architecture %s does not fit task %s (it takes %s)"
+                              % (state.get("arch"), name, ", ".join(allowed)))
     try:
         return get_task(name, cfg, seed=seed)
     except Exception as e:
