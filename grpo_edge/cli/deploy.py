@@ -21,7 +21,7 @@ def export(
     model, _ = load_policy(checkpoint)
     info = torch2onnx(model, out, opset=opset, simplify=not no_simplify)
     typer.echo("wrote %s (opset %s, max |onnx - torch| = %.2e)" % (
-        ", ".join(str(f) for f in info["files"]), info.get("opset", opset), info.get("max_abs_diff", float("nan"))))
+        ", ".join(str(f.get("path", k)) for k, f in info["files"].items()), info.get("opset", opset), info.get("max_abs_diff", float("nan"))))
 
 
 def quantize(
