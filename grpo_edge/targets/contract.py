@@ -108,7 +108,7 @@ def read_manifest(folder) -> Dict[str, str]:
     out = {}
     for line in p.read_text(errors="replace").splitlines():
         m = re.match(r"^([0-9a-f]{64}) [ *](.+)$", line.strip())
-        if m:
+        if m and not os.path.isabs(m.group(2)) and ".." not in m.group(2).split("/"):
             out[m.group(2)] = m.group(1)
     return out
 
@@ -152,11 +152,9 @@ def publish(stage: Path, out: Path, force=False) -> List[str]:
     check_out_dir(out, force)
     new = {rel: sha256_file(stage / rel) for rel in _files(stage)}
     fix_modes(stage)
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+    if not out.exists() and not out.is_symlink():  # a new folder: one rename publishes all of it
         atomic_write_text(stage / MANIFEST, manifest_text(new))
         os.chmod(str(stage / MANIFEST), file_mode(MANIFEST, False))
-        if out.exists():
-            out.rmdir()
         os.replace(str(stage), str(out))
         return []
     old = read_manifest(out) or {}
