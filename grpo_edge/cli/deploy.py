@@ -21,7 +21,7 @@ def export(
     model, _ = load_policy(checkpoint)
     info = torch2onnx(model, out, opset=opset, simplify=not no_simplify)
     typer.echo("wrote %s (opset %s, max |onnx - torch| = %.2e)" % (
-        ", ".join(str(f) for f in info["files"]), info.get("opset", opset), info.get("max_abs_diff", float("nan"))))
+        ", ".join(str(f.get("path", k)) for k, f in info["files"].items()), info.get("opset", opset), info.get("max_abs_diff", float("nan"))))
 
 
 def quantize(
@@ -53,7 +53,7 @@ def calibrate(
 
 
 def deploy(
-    target: str = typer.Option(..., "--target", "-t", help="esp32, esp32s3, esp32c3, rpi4, rpi5, jetson-nano, jetson-orin-nano."),
+    target: str = typer.Option(..., "--target", "-t", help="A device profile (`grpo-edge targets` lists them: esp32*, rpi4/5, jetson-*)."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="A grpo-edge checkpoint."),
     onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead: fp32 (quantized with --calibration where the target needs int8) or int8 QDQ."),
     out: str = typer.Option("deploy", "--out", "-o", help="Output folder."),

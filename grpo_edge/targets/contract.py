@@ -108,7 +108,7 @@ def read_manifest(folder) -> Dict[str, str]:
     out = {}
     for line in p.read_text(errors="replace").splitlines():
         m = re.match(r"^([0-9a-f]{64}) [ *](.+)$", line.strip())
-        if m:
+        if m and not os.path.isabs(m.group(2)) and ".." not in m.group(2).split("/"):
             out[m.group(2)] = m.group(1)
     return out
 
@@ -152,11 +152,9 @@ def publish(stage: Path, out: Path, force=False) -> List[str]:
     check_out_dir(out, force)
     new = {rel: sha256_file(stage / rel) for rel in _files(stage)}
     fix_modes(stage)
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+    if not out.exists() and not out.is_symlink():  # a new folder: one rename publishes all of it
         atomic_write_text(stage / MANIFEST, manifest_text(new))
         os.chmod(str(stage / MANIFEST), file_mode(MANIFEST, False))
-        if out.exists():
-            out.rmdir()
         os.replace(str(stage), str(out))
         return []
     old = read_manifest(out) or {}
@@ -213,6 +211,13 @@ def _relocate_report(report, old: str, new: str) -> None:
     report.notes = _relocate(report.notes, old, new)
 
 
+def _reason(e: OSError) -> str:
+    import errno
+    what = {errno.ENOSPC: "disk full", errno.EROFS: "read-only file system",
+            errno.EEXIST: "a path component is a file"}.get(e.errno)
+    return "%s (%s)" % (what, e.strerror) if what else str(e.strerror or e)
+
+
 def _disk_full(folder, margin=64 * 1024) -> bool:
     try:
         st = os.statvfs(str(folder))
@@ -236,7 +241,7 @@ def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deplo
     try:
         stage = make_staging(out)
     except OSError as e:
-        raise TargetError("cannot write the deploy folder %s: %s" % (out, e.strerror or e)) from None
+        raise TargetError("cannot write the deploy folder %s: %s" % (out, _reason(e))) from None
     old, new = str(stage), str(out.absolute())
     try:
         try:
@@ -257,7 +262,7 @@ def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deplo
             raise type(e)(msg.replace(old, new)) from None
         except OSError as e:                      # disk full, read-only, permissions: name the folder, one line
             raise TargetError("cannot write the deploy folder %s: %s; nothing was published"
-                              % (out, e.strerror or e)) from None
+                              % (out, _reason(e))) from None
         except Exception:
             if _disk_full(stage):                 # some writers (torch, onnx) wrap ENOSPC in their own errors
                 raise TargetError("cannot write the deploy folder %s: disk full; nothing was published" % out) \
@@ -268,7 +273,7 @@ def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deplo
         try:
             kept = publish(stage, out, force)
         except OSError as e:
-            raise TargetError("cannot publish the deploy folder %s: %s" % (out, e.strerror or e)) from None
+            raise TargetError("cannot publish the deploy folder %s: %s" % (out, _reason(e))) from None
         if report is not None:
             report.kept = kept
         return report

@@ -271,7 +271,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     if (task is not None and getattr(task, "kind", "") in ("control", "bandit") and len(graphs) == 1
             and options.get("evaluate", True) and precision != "fp32"):
         rep.sections["task metric (host simulation)"] = _metric_rows(task, sims[graphs[0][0]])
-    if precision == "int8" and profile["name"] == "jetson-nano":
+    if precision == "int8" and profile.get("gpu_fast_int8") is False:
         notes.append("Jetson Nano (Maxwell, sm_53) has no fast int8 (no DP4A / int8 tensor cores): TensorRT "
                      "reports platform_has_fast_int8 False and runs int8-requested layers in fp16/fp32; "
                      "the latency estimate uses the fp16 rate. fp16 is the fast precision on the Nano.")
