@@ -45,6 +45,17 @@ def family_module(profile: dict):
         raise TargetError("target %s has no deploy pipeline (family %r)" % (profile.get("name"), family))
 
 
+def family_profile(profile, family: str, what: str) -> dict:
+    """A profile name (or a load_profile() dict) -> the profile dict, which must be of `family`; `what` names
+    the family for the error ("a Raspberry Pi (rpi4, rpi5)")."""
+    if not isinstance(profile, dict):
+        from grpo_edge.targets.profiles import load_profile
+        profile = load_profile(profile)            # unknown target -> lists the known ones
+    if profile.get("family") != family:
+        raise TargetError("target %s is not %s" % (profile.get("name"), what))
+    return profile
+
+
 def check_options(profile: dict, options: dict, allowed) -> None:
     """Unknown option keys fail, naming the key(s), the target and the allowed keys."""
     unknown = sorted(str(k) for k in options if k not in allowed)
