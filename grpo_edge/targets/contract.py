@@ -46,13 +46,14 @@ def family_module(profile: dict):
 
 
 def family_profile(profile, family: str, what: str) -> dict:
-    """A profile name (or a load_profile() dict) -> the profile dict, which must be of `family`; `what` names
-    the family for the error ("a Raspberry Pi (rpi4, rpi5)")."""
+    """A profile name (or a load_profile() dict) -> the profile dict, which must be of `family`; the error
+    names the family in words (`what`, e.g. "a Raspberry Pi") and the profiles that are of it."""
+    from grpo_edge.targets.profiles import list_profiles, load_profile
     if not isinstance(profile, dict):
-        from grpo_edge.targets.profiles import load_profile
         profile = load_profile(profile)            # unknown target -> lists the known ones
     if profile.get("family") != family:
-        raise TargetError("target %s is not %s" % (profile.get("name"), what))
+        names = [n for n in list_profiles() if load_profile(n).get("family") == family]
+        raise TargetError("target %s is not %s (%s)" % (profile.get("name"), what, ", ".join(names)))
     return profile
 
 

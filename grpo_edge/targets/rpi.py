@@ -42,7 +42,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     rpi_text.py): min_agreement (runner vs torch greedy completions), text_runs / text_warmup (completions
     timed), op_types (ops int8 quantizes; default MatMul/Gemm for text, every op otherwise).
     """
-    prof = family_profile(profile, "rpi", "a Raspberry Pi (rpi4, rpi5)")
+    prof = family_profile(profile, "rpi", "a Raspberry Pi")
     check_options(prof, options or {}, DEFAULTS)
     opts = dict(DEFAULTS, **(options or {}))
     out = Path(out_dir)

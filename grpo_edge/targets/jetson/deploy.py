@@ -198,7 +198,7 @@ class _Plan:
 def _plan(profile, options) -> _Plan:
     """Check the profile (family jetson), the options and the precision; pick the TensorRT versions."""
     options = dict(options or {})
-    profile = family_profile(profile, "jetson", "a Jetson (jetson-nano, jetson-orin-nano)")
+    profile = family_profile(profile, "jetson", "a Jetson")
     check_options(profile, options, OPTIONS)
     precision = options.get("precision", "fp16")
     if precision not in PRECISIONS:
