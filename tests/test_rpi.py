@@ -152,5 +152,5 @@ def test_bad_inputs(deployed, tmp_path):
     bad.write_bytes(b"\x08\x07garbage" * 20)
     with pytest.raises(ExportError, match="bad.onnx"):
         deploy(bad, "rpi4", tmp_path / "x", dict(FAST, task="cartpole"))
-    with pytest.raises(TargetError, match="unknown rpi deploy options"):
+    with pytest.raises(TargetError, match="unknown option runz for target rpi4"):
         deploy(out / "model.onnx", "rpi4", tmp_path / "x", {"runz": 3})

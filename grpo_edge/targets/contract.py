@@ -45,6 +45,18 @@ def family_module(profile: dict):
         raise TargetError("target %s has no deploy pipeline (family %r)" % (profile.get("name"), family))
 
 
+def family_profile(profile, family: str, what: str) -> dict:
+    """A profile name (or a load_profile() dict) -> the profile dict, which must be of `family`; the error
+    names the family in words (`what`, e.g. "a Raspberry Pi") and the profiles that are of it."""
+    from grpo_edge.targets.profiles import list_profiles, load_profile
+    if not isinstance(profile, dict):
+        profile = load_profile(profile)            # unknown target -> lists the known ones
+    if profile.get("family") != family:
+        names = [n for n in list_profiles() if load_profile(n).get("family") == family]
+        raise TargetError("target %s is not %s (%s)" % (profile.get("name"), what, ", ".join(names)))
+    return profile
+
+
 def check_options(profile: dict, options: dict, allowed) -> None:
     """Unknown option keys fail, naming the key(s), the target and the allowed keys."""
     unknown = sorted(str(k) for k in options if k not in allowed)
