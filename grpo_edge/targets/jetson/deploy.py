@@ -343,7 +343,7 @@ def _fail_on_op_problems(problems, op_rows, out, rep) -> None:
 def _precision_notes(plan) -> list:
     """What the README and the report say about the chosen precision on this device."""
     notes = []
-    if plan.precision == "int8" and plan.profile["name"] == "jetson-nano":
+    if plan.precision == "int8" and plan.profile.get("gpu_fast_int8") is False:
         notes.append("Jetson Nano (Maxwell, sm_53) has no fast int8 (no DP4A / int8 tensor cores): TensorRT "
                      "reports platform_has_fast_int8 False and runs int8-requested layers in fp16/fp32; "
                      "the latency estimate uses the fp16 rate. fp16 is the fast precision on the Nano.")
