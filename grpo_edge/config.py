@@ -68,6 +68,10 @@ class TrainingConfig:
     """Mixed precision: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
     gradient_checkpointing: int = 0
     """Checkpoint every N-th block of transformer models (0 = off): less memory, more compute."""
+    micro_batch_mb: int = 128
+    """Activation memory budget of one forward/backward, MB: each minibatch is split into micro-batches
+    sized from the sequence length and model width (same single optimizer update, same gradient);
+    0 = no split. See grpo_edge/core/microbatch.py."""
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu' or 'cuda'."""
     seed: int = 0
@@ -155,6 +159,7 @@ RANGES = {
     ("grpo", "gamma"): (0, 1, True), ("grpo", "gae_lambda"): (0, 1, True),
     ("grpo", "temperature"): (0, None, False), ("grpo", "grad_penalty_lambda"): (0, None, True),
     ("training", "gradient_checkpointing"): (0, None, True), ("training", "threads"): (0, None, True),
+    ("training", "micro_batch_mb"): (0, None, True),
 }
 CHOICES.update(SMALL_DATA_CHOICES)
 RANGES.update(SMALL_DATA_RANGES)

@@ -26,6 +26,7 @@ import torch
 from grpo_edge.core import advantages as adv_lib
 from grpo_edge.core import distributed
 from grpo_edge.core import losses
+from grpo_edge.core import microbatch
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
 
 
@@ -260,42 +261,15 @@ class Trainer(distributed.ShardedTrainerMixin):
         max_len = ro.mask.shape[1]
         agg = {}
         n_mb = 0
+        # micro-batches bound a minibatch's activation memory (grpo_edge/core/microbatch.py); the
+        # gradient penalty differentiates the whole minibatch's gradient norm, so it is not split
+        micro = 0 if lam > 0.0 else microbatch.micro_batch_size(self.policy, ro, t.get("micro_batch_mb", 128))
         self.optimizer.zero_grad()
         for _ in range(int(g.get("num_iterations", 1))):
             order = self._epoch_order(keep, mb_size)
             for start in range(0, len(order), mb_size):
-                idx = order[start:start + mb_size]
-                mb = ro.select(idx)
-                with self._autocast():
-                    logp, ent = self.task.logprobs(self.policy, mb)
-                logp, ent = logp.float(), ent.float()
-                mask = mb.mask_loss if hasattr(mb, "mask_loss") else ro.mask_loss[idx]
-                # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
-                loss, st = losses.policy_loss(
-                    logp, mb.old_logp, mb.advantages, mask, loss_type=g.get("loss_type", "grpo"),
-                    clip_eps=float(g.get("clip_eps", 0.2)), clip_eps_high=g.get("clip_eps_high"),
-                    importance_level=g.get("importance_level", "token"),
-                    ref_logp=getattr(mb, "ref_logp", None), beta=float(g.get("beta", 0.0)),
-                    kl_estimator=g.get("kl_estimator", "k3"), entropy=ent,
-                    entropy_coef=float(g.get("entropy_coef", 0.0)), max_len=max_len,
-                    num_tokens_total=num_tokens_total * len(idx) / max(1, len(keep)))
-                if self.critic is not None:
-                    values = self.task.values(self.critic, mb).float()
-                    vl = losses.value_loss(values, mb.returns, mask)
-                    loss = loss + float(g.get("vf_coef", 0.5)) * vl
-                    st["value_loss"] = float(vl.detach())
-                if lam > 0.0:
-                    pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
-                                                             float(g.get("target_grad_norm", 0.0)))
-                    loss = loss + pen
-                    st["grad_penalty"] = float(pen.detach())
-                    st["policy_grad_norm"] = gnorm_pre
-                st["loss"] = float(loss.detach())
-                scaled = loss / accum
-                if self.scaler is not None:
-                    self.scaler.scale(scaled).backward()
-                else:
-                    scaled.backward()
+                st = self._minibatch_backward(ro, order[start:start + mb_size], keep, accum, lam, max_len,
+                                              num_tokens_total, micro)
                 n_mb += 1
                 for k, v in st.items():
                     agg[k] = agg.get(k, 0.0) + v
@@ -306,6 +280,53 @@ class Trainer(distributed.ShardedTrainerMixin):
         n_opt = max(1, int(math.ceil(n_mb / float(accum))))
         out = dict((k, v / (n_opt if k == "grad_norm" else max(1, n_mb))) for k, v in agg.items())
         out["optimizer_steps"] = float(n_opt)
+        return out
+
+    def _minibatch_backward(self, ro, idx, keep, accum, lam, max_len, num_tokens_total, micro):
+        """Backward of one minibatch's loss, in micro-batches of `micro` samples (0 = whole); returns its
+        stats. The micro-batch losses are weighted (microbatch.weights) so their gradients add up to the
+        whole minibatch's."""
+        g = self.g
+        parts = microbatch.split(torch.arange(len(idx), device=idx.device), micro)
+        w_policy = microbatch.weights(parts, ro.mask_loss[idx], g.get("loss_type", "grpo"), True)
+        w_value = microbatch.weights(parts, ro.mask_loss[idx], "tokens")
+        out = {}
+        for part, wp, wv in zip(parts, w_policy, w_value):
+            mb = ro.select(idx[part])
+            with self._autocast():
+                logp, ent = self.task.logprobs(self.policy, mb)
+            logp, ent = logp.float(), ent.float()
+            mask = mb.mask_loss
+            # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
+            loss, st = losses.policy_loss(
+                logp, mb.old_logp, mb.advantages, mask, loss_type=g.get("loss_type", "grpo"),
+                clip_eps=float(g.get("clip_eps", 0.2)), clip_eps_high=g.get("clip_eps_high"),
+                importance_level=g.get("importance_level", "token"),
+                ref_logp=getattr(mb, "ref_logp", None), beta=float(g.get("beta", 0.0)),
+                kl_estimator=g.get("kl_estimator", "k3"), entropy=ent,
+                entropy_coef=float(g.get("entropy_coef", 0.0)), max_len=max_len,
+                num_tokens_total=num_tokens_total * len(idx) / max(1, len(keep)))
+            loss = wp * loss
+            if self.critic is not None:
+                values = self.task.values(self.critic, mb).float()
+                vl = losses.value_loss(values, mb.returns, mask)
+                loss = loss + wv * float(g.get("vf_coef", 0.5)) * vl
+                st["value_loss"] = float(vl.detach())
+            if lam > 0.0:                                  # one part only (micro is 0), wp == 1
+                pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
+                                                         float(g.get("target_grad_norm", 0.0)))
+                loss = loss + pen
+                st["grad_penalty"] = float(pen.detach())
+                st["policy_grad_norm"] = gnorm_pre
+            share = len(part) / float(len(idx))
+            for k, v in st.items():
+                out[k] = out.get(k, 0.0) + share * v
+            out["loss"] = out.get("loss", 0.0) + float(loss.detach())
+            scaled = loss / accum
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
         return out
 
     def _optimizer_step(self):
