@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from grpo_edge.core import adam
 from grpo_edge.core import advantages as adv_lib
 from grpo_edge.core import distributed
 from grpo_edge.core import losses
@@ -116,7 +117,7 @@ class Trainer(distributed.ShardedTrainerMixin):
             params = params + list(self.critic.parameters())
         self.optimizer = self._adam(params, self.lr)
         steps_total = int(self.t["steps"]) * max(1, self._optimizer_steps_per_update())
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        self.scheduler = adam.LambdaSchedule(
             self.optimizer, lr_lambda(self.t.get("lr_schedule", "constant"), int(self.t.get("warmup_steps", 0)),
                                       steps_total))
         self.ref_policy = None
@@ -141,9 +142,12 @@ class Trainer(distributed.ShardedTrainerMixin):
         betas = (float(self.t.get("adam_beta1", 0.9)), float(self.t.get("adam_beta2", 0.99)))
         wd = float(self.t.get("weight_decay", 0.0))
         eps = float(self.t.get("adam_eps", 1e-8))
-        if wd > 0:
-            return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
-        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+        if self.t.get("amp", False) and self.device.type == "cuda":     # GradScaler drives torch.optim's
+            if wd > 0:
+                return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
+            return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+        # multi-tensor Adam without torch.optim: no torch._dynamo import (seconds of start-up)
+        return adam.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, decoupled=wd > 0)
 
     def _build_critic(self):
         if self.task.kind == "control":
@@ -335,7 +339,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         distributed.average_gradients(params)      # no-op in one process
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        norm = adam.clip_grad_norm(params, clip)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
