@@ -60,6 +60,26 @@ def lr_lambda(schedule, warmup, total):
     return f
 
 
+def mode_free(model):
+    """True when model.train() and model.eval() compute the same thing: only torch.nn / grpo-edge layers,
+    no dropout with p > 0, no batch or instance norm, no hooks (latent noise), no gradient checkpointing.
+    The trainer then skips switching modes twice per step (a walk over every module each time)."""
+    nn = torch.nn
+    for m in model.modules():
+        if m._forward_hooks or m._forward_pre_hooks or getattr(m, "checkpoint_interval", 0):
+            return False
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            if m.p > 0:
+                return False
+            continue
+        if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)):
+            return False
+        mod = type(m).__module__
+        if not (mod.startswith("torch.nn.") or mod.startswith("grpo_edge.core.models")):
+            return False
+    return True
+
+
 class MLPCritic(torch.nn.Module):
     """PPO's value function for vector observations: obs (B, obs_dim) -> value (B, 1)."""
 
@@ -217,7 +237,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         """One rollout batch and its updates. Returns a dict of metrics (floats)."""
         t0 = time.time()
         G = int(self.g["group_size"])
-        self.policy.eval()       # sample without dropout: old_logp then matches the deterministic policy
+        self._policy_mode(False)  # sample without dropout: old_logp then matches the deterministic policy
         ro = self._rollout(G)
         ro.to(self.device)
         t_rollout = time.time() - t0
@@ -257,7 +277,7 @@ class Trainer(distributed.ShardedTrainerMixin):
 
     def _update(self, ro, keep):
         g, t = self.g, self.t
-        self.policy.train()
+        self._policy_mode(True)
         mb_size = min(self._minibatch() // self.world_size, len(keep))
         accum = int(t.get("grad_accum_steps", 1))
         lam = float(g.get("grad_penalty_lambda", 0.0))
@@ -285,6 +305,14 @@ class Trainer(distributed.ShardedTrainerMixin):
         out = dict((k, v / (n_opt if k == "grad_norm" else max(1, n_mb))) for k, v in agg.items())
         out["optimizer_steps"] = float(n_opt)
         return out
+
+    def _policy_mode(self, training):
+        """policy.train(training), skipped for models where the mode changes nothing (mode_free, checked
+        on the first step: after gradient checkpointing and latent-noise hooks are set up)."""
+        if getattr(self, "_mode_free", None) is None:
+            self._mode_free = mode_free(self.policy)
+        if not self._mode_free or self.policy.training != training:
+            self.policy.train(training)
 
     def _minibatch_backward(self, ro, idx, keep, accum, lam, max_len, num_tokens_total, micro):
         """Backward of one minibatch's loss, in micro-batches of `micro` samples (0 = whole); returns its

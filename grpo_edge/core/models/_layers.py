@@ -72,9 +72,11 @@ class Attention(nn.Module):
         att = torch.matmul(q, k.transpose(-2, -1)) * self.scale   # (B, H, Tq, Tk_total)
         if bias is not None:
             att = att + bias
-        att = self.attn_drop(F.softmax(att, dim=-1))
-        y = merge_heads(torch.matmul(att, v))                # (B, Tq, D)
-        return self.resid_drop(self.proj(y)), k, v
+        att = F.softmax(att, dim=-1)
+        if self.attn_drop.p > 0:                             # p = 0: skip the module call (per-op overhead)
+            att = self.attn_drop(att)
+        y = self.proj(merge_heads(torch.matmul(att, v)))     # (B, Tq, D)
+        return (self.resid_drop(y) if self.resid_drop.p > 0 else y), k, v
 
 
 class FeedForward(nn.Module):
@@ -90,7 +92,8 @@ class FeedForward(nn.Module):
         self.drop = nn.Dropout(hidden_dropout)
 
     def forward(self, x):
-        return self.drop(self.out(self.act(self.fc(x))))
+        y = self.out(self.act(self.fc(x)))
+        return self.drop(y) if self.drop.p > 0 else y
 
 
 def causal_bias(max_len):
