@@ -311,7 +311,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         on the first step: after gradient checkpointing and latent-noise hooks are set up)."""
         if getattr(self, "_mode_free", None) is None:
             self._mode_free = mode_free(self.policy)
-        if not self._mode_free or self.policy.training != training:
+        if not self._mode_free:
             self.policy.train(training)
 
     def _minibatch_backward(self, ro, idx, keep, accum, lam, max_len, num_tokens_total, micro):
