@@ -69,6 +69,10 @@ class TrainingConfig:
     """Mixed precision: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
     gradient_checkpointing: int = 0
     """Checkpoint every N-th block of transformer models (0 = off): less memory, more compute."""
+    micro_batch_mb: int = 128
+    """Activation memory budget of one forward/backward, MB: each minibatch is split into micro-batches
+    sized from the sequence length and model width (same single optimizer update, same gradient);
+    0 = no split. See grpo_edge/core/microbatch.py."""
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu' or 'cuda'."""
     seed: int = 0

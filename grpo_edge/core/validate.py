@@ -31,6 +31,7 @@ RANGES = {
     ("training", "warm_start_epochs"): (0, None, True), ("training", "log_every"): (1, None, True),
     ("training", "seed"): (0, SEED_MAX, True), ("training", "plot_grad_flow_every"): (0, None, True),
     ("training", "gradient_checkpointing"): (0, None, True), ("training", "threads"): (0, None, True),
+    ("training", "micro_batch_mb"): (0, None, True),
     ("grpo", "group_size"): (2, None, True), ("grpo", "num_iterations"): (1, None, True),
     ("grpo", "clip_eps"): (0, 1, False), ("grpo", "clip_eps_high"): (0, None, False),
     ("grpo", "beta"): (0, None, True), ("grpo", "entropy_coef"): (0, None, True),
@@ -58,7 +59,7 @@ TRAINING_KEYS = {
     "eval_every": "int", "eval_n": "int", "save_every": "int", "target_metric": "float?",
     "warm_start_epochs": "int", "warm_start_lr": "float", "amp": "bool", "gradient_checkpointing": "int",
     "device": "str", "seed": "int", "threads": "int", "log_every": "int", "tensorboard": "bool",
-    "plot_grad_flow_every": "int",
+    "plot_grad_flow_every": "int", "micro_batch_mb": "int",
 }
 GRPO_KEYS = {
     "algo": "str", "group_size": "int", "num_iterations": "int", "clip_eps": "float", "clip_eps_high": "float?",
