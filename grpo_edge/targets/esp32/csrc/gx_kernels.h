@@ -17,10 +17,22 @@
 
 #include <stdint.h>
 
+/* Every kernel is inlined at its call site: the generated invoke() passes `static const` params
+ * structs, so the compiler sees each op's shapes and offsets as constants (loop bounds, strides)
+ * as if the kernel had been written for that op. Define GX_INLINE as `static inline` to keep one
+ * out-of-line copy per kernel instead (less code, more instructions per MAC). */
+#ifndef GX_INLINE
+#if defined(__GNUC__)
+#define GX_INLINE static inline __attribute__((always_inline))
+#else
+#define GX_INLINE static inline
+#endif
+#endif
+
 /* ------------------------------------------------------------------ fixed point (TFLite rules) */
 
 /* SaturatingRoundingDoublingHighMul. */
-static inline int32_t gx_srdhm(int32_t a, int32_t b)
+GX_INLINE int32_t gx_srdhm(int32_t a, int32_t b)
 {
     int64_t ab, nudge;
     if (a == b && a == INT32_MIN) return INT32_MAX;
@@ -30,7 +42,7 @@ static inline int32_t gx_srdhm(int32_t a, int32_t b)
 }
 
 /* RoundingDivideByPOT: x / 2^e rounding half away from zero. */
-static inline int32_t gx_rdbpot(int32_t x, int e)
+GX_INLINE int32_t gx_rdbpot(int32_t x, int e)
 {
     const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
     const int32_t rem = x & mask;
@@ -39,14 +51,14 @@ static inline int32_t gx_rdbpot(int32_t x, int e)
 }
 
 /* MultiplyByQuantizedMultiplier, double rounding (TFLM default). */
-static inline int32_t gx_mbqm(int32_t x, int32_t m, int shift)
+GX_INLINE int32_t gx_mbqm(int32_t x, int32_t m, int shift)
 {
     const int left = shift > 0 ? shift : 0;
     const int right = shift > 0 ? 0 : -shift;
     return gx_rdbpot(gx_srdhm((int32_t)((uint32_t)x << left), m), right);
 }
 
-static inline int32_t gx_clamp(int32_t v, int32_t lo, int32_t hi)
+GX_INLINE int32_t gx_clamp(int32_t v, int32_t lo, int32_t hi)
 {
     return v < lo ? lo : (v > hi ? hi : v);
 }
@@ -60,7 +72,7 @@ typedef struct {
     int32_t act_min, act_max;   /* fused activation range, within the output type */
 } gx_requant_t;
 
-static inline int32_t gx_requant(int32_t acc, const gx_requant_t *q, int c)
+GX_INLINE int32_t gx_requant(int32_t acc, const gx_requant_t *q, int c)
 {
     return gx_clamp(gx_mbqm(acc, q->mult[c], q->shift[c]) + q->out_offset, q->act_min, q->act_max);
 }
@@ -74,17 +86,50 @@ typedef struct {
     gx_requant_t q;
 } gx_fc_t;
 
-/* out[o] = requant(bias[o] + sum_k w[o][k] * (in[k] + in_offset)). */
-static inline void gx_fc(const gx_fc_t *p, const int8_t *restrict in, int8_t *restrict out)
+/* Tap k + j of 4 rows (one input, 4 weights, 4 multiply-adds); 2 taps per loop turn (4 spill on rv32). */
+#define GX_FC_TAP(j)                                                             \
+    do {                                                                         \
+        const int32_t x_ = (int32_t)in[k + (j)] + off;                                      \
+        a0 += (int32_t)w0[j] * x_;                                               \
+        a1 += (int32_t)w1[j] * x_;                                               \
+        a2 += (int32_t)w2[j] * x_;                                               \
+        a3 += (int32_t)w3[j] * x_;                                               \
+    } while (0)
+
+/* out[o] = requant(bias[o] + sum_k w[o][k] * (in[k] + in_offset)); 4 rows at a time (each input
+ * loaded once per 4 multiply-adds), then the last n_out % 4 rows one by one. */
+GX_INLINE void gx_fc(const gx_fc_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
+    const int n = p->n_in;
+    const int32_t off = p->in_offset;
+    const int n4 = p->n_out & ~3;
     int o, k;
-    for (o = 0; o < p->n_out; ++o) {
-        const int8_t *w = p->weights + o * p->n_in;
+    for (o = 0; o < n4; o += 4) {
+        const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+        int32_t a0 = p->q.bias[o], a1 = p->q.bias[o + 1], a2 = p->q.bias[o + 2], a3 = p->q.bias[o + 3];
+        for (k = 0; k + 2 <= n; k += 2, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {
+            GX_FC_TAP(0); GX_FC_TAP(1);
+        }
+        for (; k < n; ++k, ++w0, ++w1, ++w2, ++w3) {
+            const int32_t x = (int32_t)in[k] + off;
+            a0 += (int32_t)w0[0] * x;
+            a1 += (int32_t)w1[0] * x;
+            a2 += (int32_t)w2[0] * x;
+            a3 += (int32_t)w3[0] * x;
+        }
+        out[o] = (int8_t)gx_requant(a0, &p->q, o);
+        out[o + 1] = (int8_t)gx_requant(a1, &p->q, o + 1);
+        out[o + 2] = (int8_t)gx_requant(a2, &p->q, o + 2);
+        out[o + 3] = (int8_t)gx_requant(a3, &p->q, o + 3);
+    }
+    for (o = n4; o < p->n_out; ++o) {
+        const int8_t *w = p->weights + o * n;
         int32_t acc = p->q.bias[o];
-        for (k = 0; k < p->n_in; ++k) acc += (int32_t)w[k] * ((int32_t)in[k] + p->in_offset);
+        for (k = 0; k < n; ++k) acc += (int32_t)w[k] * ((int32_t)in[k] + off);
         out[o] = (int8_t)gx_requant(acc, &p->q, o);
     }
 }
+#undef GX_FC_TAP
 
 /* ------------------------------------------------------------------ convolution */
 
@@ -106,7 +151,7 @@ typedef struct {
 /* im2col of one output pixel of one group into every other byte of col (col[2 t] = tap t, taps in
  * weight order ic, ky, kx); taps in the padding read pad_value. Pixels whose window lies inside the
  * image (all but the border) copy without bounds checks. */
-static inline void gx_im2col(const gx_conv_t *p, const int8_t *restrict xg, int cg, int pix,
+GX_INLINE void gx_im2col(const gx_conv_t *p, const int8_t *restrict xg, int cg, int pix,
                              int8_t *restrict col)
 {
     const int oy = pix / p->ow, ox = pix - oy * p->ow;
@@ -163,7 +208,7 @@ static inline void gx_im2col(const gx_conv_t *p, const int8_t *restrict xg, int 
  * (K taps): blocks of 4 channels x 2 pixels accumulate in 8 registers, 2 taps per loop turn (4 spill
  * registers on rv32); each
  * weight is loaded once per pixel pair. o points at out[oc0][pixel 0]; two == 0 stores pixel 0 only. */
-static inline void gx_conv_cols(const gx_conv_t *p, int oc0, int n, int K, const int8_t *restrict col,
+GX_INLINE void gx_conv_cols(const gx_conv_t *p, int oc0, int n, int K, const int8_t *restrict col,
                                 int8_t *restrict o, int ohw, int two)
 {
     const gx_requant_t *q = &p->q;
@@ -224,7 +269,7 @@ static inline void gx_conv_cols(const gx_conv_t *p, int oc0, int n, int K, const
  * im2col both pixels into scratch (GX_CONV_SCRATCH bytes, interleaved), then every output channel of
  * the group from those two columns. acc = folded bias + sum(w * x) over every tap, a tap in the
  * padding reading pad_value (x + input_offset == 0 there, TFLite's skipped tap). */
-static inline void gx_conv(const gx_conv_t *p, const int8_t *restrict in, int8_t *restrict out,
+GX_INLINE void gx_conv(const gx_conv_t *p, const int8_t *restrict in, int8_t *restrict out,
                            int8_t *restrict scratch)
 {
     const int cg = p->c / p->groups, ocg = p->oc / p->groups, K = cg * p->kh * p->kw;
@@ -253,7 +298,7 @@ typedef struct {
 } gx_add_t;
 
 /* ADD int8 (TFLM add_common.cc): both inputs << left_shift, rescaled to a common scale, summed, rescaled. */
-static inline void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t *restrict b,
+GX_INLINE void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t *restrict b,
                           int8_t *restrict out)
 {
     int k;
@@ -268,7 +313,7 @@ static inline void gx_add(const gx_add_t *p, const int8_t *restrict a, const int
 /* ------------------------------------------------------------------ elementwise table */
 
 /* out[k] = table[in[k] + 128]: tanh, sigmoid, relu, clip or a requantization as 256 entries. */
-static inline void gx_lut(const int8_t *table, int n, const int8_t *restrict in, int8_t *restrict out)
+GX_INLINE void gx_lut(const int8_t *table, int n, const int8_t *restrict in, int8_t *restrict out)
 {
     int k;
     for (k = 0; k < n; ++k) out[k] = table[(int32_t)in[k] + 128];
@@ -290,7 +335,7 @@ typedef struct {
 } gx_pool_t;
 
 /* Taps in the padding are skipped (max: ignored; average: not counted). */
-static inline void gx_pool(const gx_pool_t *p, const int8_t *restrict in, int8_t *restrict out)
+GX_INLINE void gx_pool(const gx_pool_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
     int c, oy, ox, y, x;
     for (c = 0; c < p->c; ++c) {
@@ -330,7 +375,7 @@ static inline void gx_pool(const gx_pool_t *p, const int8_t *restrict in, int8_t
 /* ------------------------------------------------------------------ argmax */
 
 /* ARG_MAX over n int8 values; ties go to the first index. */
-static inline void gx_argmax(int n, const int8_t *restrict in, int8_t *restrict out)
+GX_INLINE void gx_argmax(int n, const int8_t *restrict in, int8_t *restrict out)
 {
     int k, best = 0;
     for (k = 1; k < n; ++k) if (in[k] > in[best]) best = k;
@@ -350,7 +395,7 @@ typedef struct {
 } gx_softmax_t;
 
 /* gemmlowp exp_on_negative_values, Q5.26 -> Q0.31. */
-static inline int32_t gx_sm_exp(int32_t a)
+GX_INLINE int32_t gx_sm_exp(int32_t a)
 {
     const int32_t a_mod = (a & ((1 << 24) - 1)) - (1 << 24);
     const int32_t x = (int32_t)((uint32_t)a_mod << 5) + (1 << 28);
@@ -369,7 +414,7 @@ static inline int32_t gx_sm_exp(int32_t a)
 }
 
 /* Saturating x * 2^e. */
-static inline int32_t gx_sm_shl(int32_t x, int e)
+GX_INLINE int32_t gx_sm_shl(int32_t x, int e)
 {
     const int32_t thr = (int32_t)(((int64_t)1 << (31 - e)) - 1);
     if (x > thr) return INT32_MAX;
@@ -378,7 +423,7 @@ static inline int32_t gx_sm_shl(int32_t x, int e)
 }
 
 /* TFLite GetReciprocal with 12 integer bits. */
-static inline int32_t gx_sm_recip(int32_t sum, int *bits_over_unit)
+GX_INLINE int32_t gx_sm_recip(int32_t sum, int *bits_over_unit)
 {
     int clz = 0, i;
     int64_t s;
@@ -394,14 +439,14 @@ static inline int32_t gx_sm_recip(int32_t sum, int *bits_over_unit)
     return gx_sm_shl(x, 1);
 }
 
-static inline int32_t gx_sm_e(const gx_softmax_t *p, int32_t d)
+GX_INLINE int32_t gx_sm_e(const gx_softmax_t *p, int32_t d)
 {
     return d >= p->diff_min ? gx_sm_exp(gx_srdhm((int32_t)((uint32_t)d << p->input_left_shift), p->input_mult)) : 0;
 }
 
 /* SOFTMAX int8 (TFLite reference_integer_ops softmax); exp values are recomputed in the last pass,
  * so no scratch buffer is needed. */
-static inline void gx_softmax(const gx_softmax_t *p, const int8_t *restrict in, int8_t *restrict out)
+GX_INLINE void gx_softmax(const gx_softmax_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
     int r, c, bits;
     for (r = 0; r < p->rows; ++r) {
