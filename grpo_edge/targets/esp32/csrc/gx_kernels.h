@@ -50,12 +50,21 @@ GX_INLINE int32_t gx_rdbpot(int32_t x, int e)
     return (x >> e) + (rem > thr ? 1 : 0);   /* >> on a negative int32 is arithmetic (gcc) */
 }
 
-/* MultiplyByQuantizedMultiplier, double rounding (TFLM default). */
+/* gx_rdbpot for 0 <= e <= 31 (every requantization shift): the mask in 32 bits. */
+GX_INLINE int32_t gx_rdbpot31(int32_t x, int e)
+{
+    const int32_t mask = (int32_t)((1u << e) - 1u);
+    const int32_t rem = x & mask;
+    const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (rem > thr ? 1 : 0);
+}
+
+/* MultiplyByQuantizedMultiplier, double rounding (TFLM default); shift in [-31, 31]. */
 GX_INLINE int32_t gx_mbqm(int32_t x, int32_t m, int shift)
 {
     const int left = shift > 0 ? shift : 0;
     const int right = shift > 0 ? 0 : -shift;
-    return gx_rdbpot(gx_srdhm((int32_t)((uint32_t)x << left), m), right);
+    return gx_rdbpot31(gx_srdhm((int32_t)((uint32_t)x << left), m), right);
 }
 
 GX_INLINE int32_t gx_clamp(int32_t v, int32_t lo, int32_t hi)
@@ -172,19 +181,26 @@ GX_INLINE void gx_im2col(const gx_conv_t *p, const int8_t *restrict xg, int cg, 
             }
         return;
     }
-    for (ic = 0; ic < cg; ++ic)
-        for (ky = 0; ky < p->kh; ++ky) {
-            const int y = y0 + ky * p->dh;
-            const int8_t *row = xg + ic * hw + y * p->w;
-            if (y < 0 || y >= p->h) {
-                for (kx = 0; kx < p->kw; ++kx, col += 2) col[0] = pad;
-                continue;
+    {   /* border pixel: the taps inside the image are kx0 <= kx < kx1, ky0 <= ky < ky1 */
+        int kx0 = x0 < 0 ? (p->dw - 1 - x0) / p->dw : 0, ky0 = y0 < 0 ? (p->dh - 1 - y0) / p->dh : 0;
+        int kx1 = p->kw, ky1 = p->kh;
+        if (x0 + (p->kw - 1) * p->dw >= p->w) kx1 = p->w > x0 ? (p->w - x0 + p->dw - 1) / p->dw : 0;
+        if (y0 + (p->kh - 1) * p->dh >= p->h) ky1 = p->h > y0 ? (p->h - y0 + p->dh - 1) / p->dh : 0;
+        if (kx0 > p->kw) kx0 = p->kw;
+        if (kx1 < kx0) kx1 = kx0;
+        for (ic = 0; ic < cg; ++ic)
+            for (ky = 0; ky < p->kh; ++ky) {
+                int at;                                   /* index of tap kx in the channel */
+                if (ky < ky0 || ky >= ky1) {
+                    for (kx = 0; kx < p->kw; ++kx, col += 2) col[0] = pad;
+                    continue;
+                }
+                for (kx = 0; kx < kx0; ++kx, col += 2) col[0] = pad;
+                at = ic * hw + (y0 + ky * p->dh) * p->w + x0 + kx * p->dw;
+                for (; kx < kx1; ++kx, col += 2, at += p->dw) col[0] = xg[at];
+                for (; kx < p->kw; ++kx, col += 2) col[0] = pad;
             }
-            for (kx = 0; kx < p->kw; ++kx, col += 2) {
-                const int x = x0 + kx * p->dw;
-                col[0] = (x >= 0 && x < p->w) ? row[x] : pad;
-            }
-        }
+    }
 }
 
 /* Output channels per register block: 4 (8 accumulators) for 32-register cores (RISC-V: ESP32-C3/C6);
