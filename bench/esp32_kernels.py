@@ -88,6 +88,7 @@ def per_op_counts(graph, gen, x_q, work):
     def on_mark(uc, addr, size, _):
         marks.append((uc.reg_read(UC_RISCV_REG_A0), m.count))
     m.uc.hook_add(UC_HOOK_BLOCK, on_mark, None, mark, mark)
+    sizes = rv32.section_sizes(elf)
     per_input, outs, totals = [], [], []
     for x in x_q:
         marks.clear()
@@ -97,7 +98,7 @@ def per_op_counts(graph, gen, x_q, work):
         per_input.append({i: b[1] - a[1] for a, b in zip(marks, marks[1:]) for i in [a[0]]})
     ops = sorted(per_input[0])
     counts = [(i, graph.ops[i].kind, float(np.mean([p[i] for p in per_input]))) for i in ops]
-    return counts, float(np.mean(totals)), np.stack(outs)
+    return counts, float(np.mean(totals)), np.stack(outs), sizes
 
 
 def op_label(graph, op):
@@ -122,7 +123,8 @@ def measure(onnx_path, n_inputs=3, tflm_on=True):
     ref = R.run(g, x).reshape(len(x), -1)
     res = {"model": str(onnx_path), "arena_ours": gen.plan.arena_bytes, "ops": []}
     with tempfile.TemporaryDirectory(prefix="gx_bench_") as d:
-        counts, total, y = per_op_counts(g, gen, x[:n_inputs], d)
+        counts, total, y, sizes = per_op_counts(g, gen, x[:n_inputs], d)
+        res["rv32_flash"] = {"code": sizes["text"], "data": sizes["rodata"] + sizes["data"]}
         res["rv32_bit_exact"] = bool(np.array_equal(y, ref[:n_inputs]))
         res["rv32_instructions"] = total
         macs_total = 0
@@ -161,6 +163,7 @@ def report(name, res):
                                                "%.2f" % o["instr_per_mac"] if o["instr_per_mac"] else "-"))
     print("\nrv32 instructions per inference: %.0f (%s MACs, %.2f instr/MAC overall); rv32 bit-exact: %s"
           % (res["rv32_instructions"], res["macs"], res["rv32_instr_per_mac"] or 0, res["rv32_bit_exact"]))
+    print("rv32 flash: code %d B, constant data %d B" % (res["rv32_flash"]["code"], res["rv32_flash"]["data"]))
     print("host (x86-64 callgrind) instructions: ours %.0f; host C bit-exact: %s"
           % (res["host_instructions"], res["host_bit_exact"]))
     if "tflm_instructions" in res:

@@ -10,7 +10,7 @@ import session_cache
 
 from grpo_edge.errors import ExportError, GrpoEdgeError, TargetError
 from grpo_edge.targets import esp32
-from grpo_edge.targets.esp32 import rv32, samples, simulate, tflm
+from grpo_edge.targets.esp32 import codegen, rv32, simulate, tflm
 
 SMALL = {"n_check": 200, "tflm": False, "callgrind": False}
 
@@ -57,7 +57,6 @@ def test_callgrind_ours_vs_tflm(tmp_path):
 
 
 def test_host_callgrind_counts_our_invoke(tmp_path):
-    import shutil
     import numpy as np
     need_tool("valgrind")
     from grpo_edge.targets.esp32 import codegen, parse
@@ -68,7 +67,10 @@ def test_host_callgrind_counts_our_invoke(tmp_path):
 
 def test_onnx2c_is_pure(tmp_path):
     r = esp32.onnx2c(session_cache.sample("mlp"), tmp_path, "policy")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy_model.c", "policy_model.h"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["policy_model.c", "policy_model.h"]
+                                                                 + codegen.KERNEL_HEADERS)
+    for name in codegen.KERNEL_HEADERS:                    # the kernels ship unchanged
+        assert (tmp_path / name).read_bytes() == (codegen.CSRC / name).read_bytes()
     assert r["ops"] == ["fc", "lut", "fc", "lut", "fc"] and r["prefix"] == "policy"
     h = (tmp_path / "policy_model.h").read_text()
     assert "int policy_invoke(const int8_t *in, int8_t *out);" in h and "POLICY_INPUT_SCALE" in h

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_fixtures import cached_checkpoint
+from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.errors import TargetError
 from grpo_edge.targets import contract
 
