@@ -138,3 +138,19 @@ def test_reference_kernels_follow_tflite_int16_tables():
     assert abs(int(p[0, 0]) - 16384) <= 2 and p[0, 0] == p[0, 1] and p[0, 2] <= 1
     v = np.arange(-32768, 32768, 97, dtype=np.int64)
     assert np.array_equal(text_ref.isqrt64(v * v), np.abs(v))
+
+
+def test_zh_en_encoder_decoder_deploys_bit_exact_with_prompt_mode(tmp_path):
+    out = tmp_path / "zh"
+    rep = deploy_text(str(cached_text_checkpoint("zh-en-numbers")), "esp32s3", out,
+                      {"n_rv32": 1, "rv32": rv32.available()})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True
+    assert f["completions_identical_to_fp32"].value >= 0.98
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+    ex = rep.sections["examples"]
+    got = textfw.run_prompt_mode(textfw.build_host(out / "firmware"), [e["prompt"] for e in ex] + ["abc"])
+    assert got["selftest"].endswith("status=OK")
+    assert [a["answer"] for a in got["answers"][:len(ex)]] == [e["int"] for e in ex]
+    assert got["answers"][-1]["error"].startswith("prompt has a character outside")

@@ -17,7 +17,7 @@ import numpy as np
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_text
 
-DEFAULTS = {"prefix": None, "n_eval": 1000, "n_rv32": 20, "n_calib": 512, "rv32": True, "tflm": False,
+DEFAULTS = {"prefix": None, "n_eval": 1000, "n_rv32": 20, "n_calib": 512, "rv32": True, "tflm": True,
             "host_opts": ("-O2",), "sanitize": None, "firmware": True, "goal_s": 0.3, "activations": None}
 CODE_BYTES_ESTIMATE = 12 * 1024          # generated step + kernels at -O2 (rv32 .text measured 6-9 KB)
 STACK_ESTIMATE = 1024
@@ -218,7 +218,7 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
             tp = load_profile(tname)
             mems = ["flash"] + (["psram"] if _fig(tp, "psram_read_bytes_per_s")[0] else [])
             for mem in mems:
-                e = answer_time(tp, ip, idc, n_dec, c.get("input_len", 0), wb, mem)
+                e = answer_time(tp, ip, idc, n_dec, c["input_len"] if q["arch"] == "micro-gpt" else 1, wb, mem)
                 if not e:
                     continue
                 key = tname if mem == "flash" else "%s_psram" % tname
