@@ -65,7 +65,7 @@ def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
 
 
 def test_other_micro_gpt_shape_is_bit_exact_on_host_and_rv32(tmp_path):
-    pair = _untrained(d_model=24, n_layer=3, n_head=3, max_len=16)
+    pair = _untrained(d_model=18, n_layer=3, n_head=3, max_len=16)   # 18: FC inputs not a multiple of 4
     rep = deploy_text(pair, "esp32c3", tmp_path / "c3", {"n_eval": 60, "n_calib": 64, "n_rv32": 1,
                                                         "rv32": rv32.available(), "firmware": False,
                                                         "tflm": False})
