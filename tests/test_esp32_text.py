@@ -39,7 +39,7 @@ def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
     out = tmp_path / "s3"
     r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--checkpoint",
                                  str(cached_text_checkpoint("arithmetic")), "--out", str(out),
-                                 "--option", "n_rv32=2"])
+                                 "--option", "n_rv32=2", "--option", "tflm=false"])
     assert r.exit_code == 0, r.output
     rep = json.loads((out / "report.json").read_text())
     f = rep["figures"]
@@ -65,9 +65,10 @@ def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
 
 
 def test_other_micro_gpt_shape_is_bit_exact_on_host_and_rv32(tmp_path):
-    pair = _untrained(d_model=24, n_layer=3, n_head=3, max_len=16)
+    pair = _untrained(d_model=18, n_layer=3, n_head=3, max_len=16)   # 18: FC inputs not a multiple of 4
     rep = deploy_text(pair, "esp32c3", tmp_path / "c3", {"n_eval": 60, "n_calib": 64, "n_rv32": 1,
-                                                        "rv32": rv32.available(), "firmware": False})
+                                                        "rv32": rv32.available(), "firmware": False,
+                                                        "tflm": False})
     f = rep.figures
     assert f["host_bit_exact"].value is True
     assert f["completions_identical_to_fp32"].value >= 0.9     # untrained: logits nearly tied, a few flips allowed
@@ -138,3 +139,32 @@ def test_reference_kernels_follow_tflite_int16_tables():
     assert abs(int(p[0, 0]) - 16384) <= 2 and p[0, 0] == p[0, 1] and p[0, 2] <= 1
     v = np.arange(-32768, 32768, 97, dtype=np.int64)
     assert np.array_equal(text_ref.isqrt64(v * v), np.abs(v))
+
+
+def test_zh_en_encoder_decoder_deploys_bit_exact_with_prompt_mode(tmp_path):
+    out = tmp_path / "zh"
+    rep = deploy_text(str(cached_text_checkpoint("zh-en-numbers")), "esp32s3", out,
+                      {"n_rv32": 1, "rv32": rv32.available(), "tflm": False})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True
+    assert f["completions_identical_to_fp32"].value >= 0.98
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+    ex = rep.sections["examples"]
+    got = textfw.run_prompt_mode(textfw.build_host(out / "firmware"), [e["prompt"] for e in ex] + ["abc"])
+    assert got["selftest"].endswith("status=OK")
+    assert [a["answer"] for a in got["answers"][:len(ex)]] == [e["int"] for e in ex]
+    assert got["answers"][-1]["error"].startswith("prompt has a character outside")
+
+
+def test_tflm_runs_the_shared_ops_bit_exactly_and_names_the_missing_ones(tmp_path):
+    from grpo_edge.targets.esp32 import text_tflm
+    if not text_tflm.available():
+        pytest.skip("pip tflite-micro is not installed")
+    m, state = _untrained(d_model=16, n_layer=1, n_head=2, max_len=16)
+    q = textir.textir2int(textir.checkpoint2textir((m, state)), ["1+2=", "3+4=", "9+9="])
+    chk = text_tflm.bit_exact_checks(q, tmp_path, n=16)
+    assert chk["fully_connected_16x8"]["bit_exact"] and chk["softmax_int16"]["bit_exact"], chk
+    sup = text_tflm.op_support(tmp_path)
+    assert sup["FULLY_CONNECTED"] == "runs" and sup["SOFTMAX"] == "runs"
+    assert sup["ARG_MAX"].startswith("fails")                 # no int16 ARG_MAX in TFLM

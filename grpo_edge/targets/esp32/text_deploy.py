@@ -17,7 +17,7 @@ import numpy as np
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_text
 
-DEFAULTS = {"prefix": None, "n_eval": 1000, "n_rv32": 20, "n_calib": 512, "rv32": True, "tflm": False,
+DEFAULTS = {"prefix": None, "n_eval": 1000, "n_rv32": 20, "n_calib": 512, "rv32": True, "tflm": True,
             "host_opts": ("-O2",), "sanitize": None, "firmware": True, "goal_s": 0.3, "activations": None}
 CODE_BYTES_ESTIMATE = 12 * 1024          # generated step + kernels at -O2 (rv32 .text measured 6-9 KB)
 STACK_ESTIMATE = 1024
@@ -91,9 +91,22 @@ def _s2s_arena(q):
     return arena_plan_s2s(q["cfg"])["bytes"]
 
 
-def answer_time(prof, instr_prefill, instr_decode, n_decode, input_len, weight_bytes, memory="flash") -> dict:
+def step_weight_bytes(q) -> int:
+    """Constant bytes one decode step reads: everything for a micro-gpt; for an encoder-decoder the decoder,
+    its embeddings and the head (the encoder and the cross key/value projections run once, in the prefill)."""
+    import re
+    if q["arch"] == "micro-gpt":
+        from .textir import weight_bytes
+        return weight_bytes(q)
+    skip = re.compile(r"^(e\d+_|tok16e$|src_pos16$|enc_ln_|d\d+_x[kv]_)")
+    return int(sum(np.asarray(v).nbytes for k, v in q["const"].items() if not skip.match(k)))
+
+
+def answer_time(prof, instr_prefill, instr_decode, n_decode, input_len, weight_bytes, memory="flash",
+                step_bytes=None) -> dict:
     """ESTIMATE of one answer on `prof`: per token max(compute, memory); compute = rv32 instructions
-    (x the Xtensa factor on Xtensa chips) x CPI / clock, memory = the weights every step streams / bandwidth."""
+    (x the Xtensa factor on Xtensa chips) x CPI / clock, memory = the weights every step streams / bandwidth
+    (the prefill: input_len passes over weight_bytes; a decode step: step_bytes, default weight_bytes)."""
     from .rv32 import CPI_RV32
     clock, s_clock = _fig(prof, "clock_hz")
     bw, s_bw = _fig(prof, "%s_read_bytes_per_s" % memory)
@@ -102,8 +115,8 @@ def answer_time(prof, instr_prefill, instr_decode, n_decode, input_len, weight_b
         return {}
     k = factor * CPI_RV32 / clock
     comp_pre, comp_dec = instr_prefill * k, instr_decode * k
-    mem_tok = weight_bytes / bw
-    pre = max(comp_pre, input_len * mem_tok)          # prefill: one step per prompt token, each streams the weights
+    mem_tok = (weight_bytes if step_bytes is None else step_bytes) / bw
+    pre = max(comp_pre, input_len * weight_bytes / bw)   # prefill: one step per prompt token, each streams the weights
     dec = max(comp_dec, mem_tok)
     total = pre + n_decode * dec
     return {"answer_s": total, "prefill_s": pre, "decode_token_s": dec, "compute_prefill_s": comp_pre,
@@ -111,8 +124,9 @@ def answer_time(prof, instr_prefill, instr_decode, n_decode, input_len, weight_b
             "decode_tokens": n_decode, "tokens_per_s": 1.0 / dec, "tokens_per_s_memory_limit": 1.0 / mem_tok,
             "bound": "memory" if mem_tok > comp_dec else "compute",
             "model": ("per token max(compute, memory); compute = rv32imc instructions x %.3g (rv32 -> core factor) x "
-                      "CPI %.2g (assumed) / %.0f MHz; memory = %d weight bytes per step / %.3g B/s (%s)"
-                      % (factor, CPI_RV32, clock / 1e6, weight_bytes, bw, memory)),
+                      "CPI %.2g (assumed) / %.0f MHz; memory = %d weight bytes per decode step (prefill %d x %d) / %.3g B/s (%s)"
+                      % (factor, CPI_RV32, clock / 1e6, weight_bytes if step_bytes is None else step_bytes,
+                         input_len, weight_bytes, bw, memory)),
             "sources": [s for s in (s_clock, s_bw, s_factor) if s]}
 
 
@@ -218,7 +232,8 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
             tp = load_profile(tname)
             mems = ["flash"] + (["psram"] if _fig(tp, "psram_read_bytes_per_s")[0] else [])
             for mem in mems:
-                e = answer_time(tp, ip, idc, n_dec, c.get("input_len", 0), wb, mem)
+                e = answer_time(tp, ip, idc, n_dec, c["input_len"] if q["arch"] == "micro-gpt" else 1, wb, mem,
+                                step_weight_bytes(q))
                 if not e:
                     continue
                 key = tname if mem == "flash" else "%s_psram" % tname

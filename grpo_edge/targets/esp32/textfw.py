@@ -38,7 +38,7 @@ def model_header(prefix, n) -> str:
             "#define GRPO_TEXT_ENCODE %(p)s_encode\n#define GRPO_TEXT_PREFILL %(p)s_prefill\n"
             "#define GRPO_TEXT_DECODE %(p)s_decode\n#define GRPO_TEXT_TOKEN_TEXT %(p)s_token_text\n"
             "#define GRPO_TEXT_ERROR %(p)s_error\n#define GRPO_TEXT_INPUT_LEN %(P)s_INPUT_LEN\n"
-            "#define GRPO_TEXT_MAX_NEW %(P)s_MAX_NEW\n#define GRPO_TEXT_N_VECTORS %(n)d\n"
+            "#define GRPO_TEXT_MAX_NEW %(P)s_MAX_NEW\n#define GRPO_TEXT_FIRST_POS %(P)s_FIRST_POS\n#define GRPO_TEXT_N_VECTORS %(n)d\n"
             "extern const char *const %(p)s_vec_prompts[];\nextern const char *const %(p)s_vec_answers[];\n"
             "#define GRPO_TEXT_VEC_PROMPTS %(p)s_vec_prompts\n#define GRPO_TEXT_VEC_ANSWERS %(p)s_vec_answers\n"
             "#endif\n" % {"p": p, "P": P, "n": n})

@@ -50,18 +50,39 @@ static inline int16_t gxt_sat16(int32_t v)
     return (int16_t)(v < -32768 ? -32768 : (v > 32767 ? 32767 : v));
 }
 
-/* Fully connected 16x8: y[o] = clamp(MBQM(sum_i w[o][i] x[i] + b[o], m[o], s[o]), lo, hi). */
+/* Fully connected 16x8: y[o] = clamp(MBQM(sum_i w[o][i] x[i] + b[o], m[o], s[o]), lo, hi).
+ * Two output rows share each load of x, four inputs per iteration (about 4 rv32 instructions per MAC
+ * instead of 7). The int32 sums are exact in any order: the generator proves they cannot overflow. */
+static inline int16_t gxt_requant16(int32_t acc, int32_t m, int s, int32_t lo, int32_t hi)
+{
+    int32_t v = gxt_mbqm(acc, m, s);
+    return (int16_t)(v < lo ? lo : (v > hi ? hi : v));
+}
+
 static inline void gxt_fc16(const int16_t *x, int n_in, const int8_t *w, const int32_t *b, const int32_t *m,
                             const int8_t *s, int n_out, int32_t lo, int32_t hi, int16_t *y)
 {
-    int o, i;
-    for (o = 0; o < n_out; ++o) {
+    int o = 0, i;
+    for (; o + 1 < n_out; o += 2) {
+        const int8_t *w0 = w + (long)o * n_in, *w1 = w0 + n_in;
+        int32_t a0 = b ? b[o] : 0, a1 = b ? b[o + 1] : 0;
+        for (i = 0; i + 3 < n_in; i += 4) {
+            int32_t x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+            a0 += w0[i] * x0 + w0[i + 1] * x1 + w0[i + 2] * x2 + w0[i + 3] * x3;
+            a1 += w1[i] * x0 + w1[i + 1] * x1 + w1[i + 2] * x2 + w1[i + 3] * x3;
+        }
+        for (; i < n_in; ++i) {
+            a0 += w0[i] * (int32_t)x[i];
+            a1 += w1[i] * (int32_t)x[i];
+        }
+        y[o] = gxt_requant16(a0, m[o], s[o], lo, hi);
+        y[o + 1] = gxt_requant16(a1, m[o + 1], s[o + 1], lo, hi);
+    }
+    for (; o < n_out; ++o) {
         const int8_t *wr = w + (long)o * n_in;
         int32_t acc = b ? b[o] : 0;
-        int32_t v;
         for (i = 0; i < n_in; ++i) acc += (int32_t)wr[i] * (int32_t)x[i];
-        v = gxt_mbqm(acc, m[o], s[o]);
-        y[o] = (int16_t)(v < lo ? lo : (v > hi ? hi : v));
+        y[o] = gxt_requant16(acc, m[o], s[o], lo, hi);
     }
 }
 

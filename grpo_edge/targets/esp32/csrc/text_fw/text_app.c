@@ -85,7 +85,7 @@ void grpo_text_answer(const char *prompt)
         for (t = GRPO_TEXT_TOKEN_TEXT(tok); *t && used < ANSWER_BYTES - 1; ++t) answer[used++] = *t;
         answer[used] = '\0';
         if (s == GRPO_TEXT_MAX_NEW - 1) break;
-        tok = GRPO_TEXT_DECODE(tok, GRPO_TEXT_INPUT_LEN + s);
+        tok = GRPO_TEXT_DECODE(tok, GRPO_TEXT_FIRST_POS + s);
     }
     t2 = grpo_platform_time_us();
     d = put_str(line, end, "GRPO_EDGE answer=");
