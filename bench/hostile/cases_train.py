@@ -277,6 +277,10 @@ def tamper(kind, src, dst):
     torch.save(s, dst)
 
 
+# Tampering that leaves what a command needs intact: a clean run is as right as a one-line refusal.
+HARMLESS = {("no-task", "export")}
+
+
 def ckpt_case(kind, cmd, fast=True):
     def fn(ctx):
         dst = ctx.work / "c.pt"
@@ -293,6 +297,8 @@ def ckpt_case(kind, cmd, fast=True):
             (ctx.work / "run").mkdir()
             shutil.copy(str(dst), str(ctx.work / "run" / "last.pt"))
             r = ctx.cli(["train", "-q"] + CARTPOLE + ["--set", "training.steps=3", "--save-dir", "run", "--resume"])
+        if (kind, cmd) in HARMLESS and r.rc == 0 and not r.traceback:
+            return "clean", "runs (the command does not need what was removed)"
         return classify_error(r)
     return {"id": "checkpoint %s -> %s" % (kind, cmd), "cls": "checkpoint", "fn": fn, "fast": fast}
 
