@@ -40,7 +40,7 @@ OPTIONS = {
 
 
 def worker(s):
-    from grpo_edge.trainer import GRPOTrainer
+    from grpo_edge.training_run import GRPOTrainer
     cfg = {"model": {"arch": "micro-gpt"}, "task": {"name": "arithmetic", "max_new_tokens": 64},
            "training": {"batch_size": 32, "threads": 1, "seed": s["seed"], "device": "cpu"},
            "grpo": {"group_size": 8}}

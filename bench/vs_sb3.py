@@ -45,7 +45,7 @@ class Judge(object):
 
 
 def ours_worker(s):
-    from grpo_edge.trainer import GRPOTrainer
+    from grpo_edge.training_run import GRPOTrainer
     tr = GRPOTrainer(config="configs/cartpole.yaml", progress=False,
                      overrides=["training.seed=%d" % s["seed"], "training.threads=1", "training.eval_every=0"])
     judge, train_s = Judge(s["seed"], s["every_s"]), 0.0

@@ -3,7 +3,7 @@
 Measured: 12-16 updates (34k-87k environment steps) on seeds 0-4; the cap of 30 updates leaves room."""
 import pytest
 
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 
 from grpo_edge.core.distributed import shard_seed
 from grpo_edge.tasks import get_task
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = {"task": {"name": "cartpole", "eval_episodes": 4},

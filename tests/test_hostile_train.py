@@ -20,7 +20,7 @@ from grpo_edge.config import GRPOConfig, TrainingConfig, load_config
 from grpo_edge.core import validate
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint, weights_sha256
 from grpo_edge.errors import CheckpointError, ConfigError, NonFiniteError
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 from conftest import ROOT
 
@@ -252,7 +252,7 @@ def test_resume_applies_lr_and_refuses_sizes(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- online records
 def test_online_records_with_unusable_numbers_drop_their_episode():
-    from grpo_edge.online_sources import StreamTask
+    from grpo_edge.online.sources import StreamTask
     lines = []
     for ep, bad in enumerate([None, ("obs", float("nan")), ("obs", 1e39), ("reward", 1e300), ("logp", float("-inf")),
                               None]):
@@ -275,8 +275,8 @@ def test_online_records_with_unusable_numbers_drop_their_episode():
 
 
 def test_online_config_rejects_unknown_keys_and_non_finite_values():
-    from grpo_edge.online_config import load_online_config
-    env = 'online.env="grpo_edge.online_envs:CartPole"'
+    from grpo_edge.online.config import load_online_config
+    env = 'online.env="grpo_edge.online.envs:CartPole"'
     assert load_online_config(None, [env, "training.lr=3e-4"])["training"]["lr"] == 3e-4
     for sets, needle in ((["training.lrr=1"], "unknown training key 'lrr'"), (["grpo.gamma=NaN"], "grpo.gamma"),
                          (["model.hiden=3"], "unknown model key"), (["online.margin=Infinity"], "online.margin"),

@@ -1,6 +1,6 @@
 """The package's layers point one way (docs/architecture.md):
 
-    runtime  <-  core  <-  tasks / data  <-  config  <-  export / online / trainer  <-  targets  <-  bench  <-  cli
+    runtime  <-  core  <-  tasks / data  <-  config  <-  export / online / training_run  <-  targets  <-  bench  <-  cli
 
 A module imports only from its own layer or lower ones (imports inside functions count too), there is no
 import cycle, and grpo_edge/runtime (shipped to devices as-is) imports nothing of grpo_edge. The root
@@ -14,8 +14,8 @@ import grpo_edge
 PKG = Path(grpo_edge.__file__).resolve().parent
 # layer of each top-level module or sub-package of grpo_edge
 LAYER = {"runtime": 0, "errors": 0, "report": 0, "progress": 0, "profiles": 0, "calibration": 0,
-         "core": 1, "tasks": 2, "data": 2, "config": 3, "config_small_data": 3,
-         "export": 4, "online": 4, "online_config": 4, "online_sources": 4, "online_envs": 4, "trainer": 4, "resume": 4,
+         "core": 1, "tasks": 2, "data": 2, "config": 3,
+         "export": 4, "online": 4, "training_run": 4, "resume": 4,
          "plots": 4, "utils": 4, "targets": 5, "bench": 6, "cli": 7}
 
 

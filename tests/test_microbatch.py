@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from grpo_edge.core import microbatch
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 
 def _trainer(grpo=None, model=None, task=None):

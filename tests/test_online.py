@@ -1,9 +1,9 @@
-"""Online training (grpo_edge/online.py): gating, the stdin record stream, kill -9 and resume, memory, Python 3.6.
+"""Online training (grpo_edge/online/runner.py): gating, the stdin record stream, kill -9 and resume, memory, Python 3.6.
 
     .venv/bin/python -m pytest -q tests/test_online.py
 
 Real processes and files: the trainer runs as `python -m grpo_edge.online` subprocesses on the NumPy
-CartPole (grpo_edge.online_envs). Policies are hand-made one-layer MLPs: logits = [0, k * c . obs] with
+CartPole (grpo_edge.online.envs). Policies are hand-made one-layer MLPs: logits = [0, k * c . obs] with
 c = (0.1, 0.5, 1, 0.5) balances the pole for 500 steps; -c drops it within about 10 steps.
 """
 import json
@@ -21,14 +21,14 @@ import torch
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
 from grpo_edge.core.models import build_model
 from grpo_edge.errors import ConfigError
-from grpo_edge.online import OnlineRunner
-from grpo_edge.online_config import load_online_config
-from grpo_edge.online_envs import CartPole
-from grpo_edge.online_sources import StreamTask
+from grpo_edge.online.runner import OnlineRunner
+from grpo_edge.online.config import load_online_config
+from grpo_edge.online.envs import CartPole
+from grpo_edge.online.sources import StreamTask
 
 from conftest import ROOT, require_tools
 
-ENV = "grpo_edge.online_envs:CartPole"
+ENV = "grpo_edge.online.envs:CartPole"
 GOOD = [0.1, 0.5, 1.0, 0.5]
 
 

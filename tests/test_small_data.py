@@ -16,7 +16,7 @@ from grpo_edge.data.curriculum import Curriculum
 from grpo_edge.data.distill import distill, filter_candidates
 from grpo_edge.errors import CheckpointError, ConfigError, GrpoEdgeError
 from grpo_edge.tasks import get_task
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 TINY_GPT = {"arch": "micro-gpt", "d_model": 16, "n_layer": 2, "n_head": 2, "max_len": 16}
 ARITH = {"task": {"name": "arithmetic", "max_operand": 9, "eval_size": 20}, "model": TINY_GPT,

@@ -13,7 +13,7 @@ import torch
 
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
 from grpo_edge.errors import CheckpointError
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 CARTPOLE = {"task": {"name": "cartpole", "eval_episodes": 10},
             "training": {"steps": 4, "batch_size": 2, "lr": 3e-3, "lr_scaling": "none", "eval_every": 2, "save_every": 1},
@@ -188,7 +188,9 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
 
 
 def test_core_is_python36_compatible(root):
+    """What runs on a Jetson Nano (JetPack 4.6: Python 3.6): the core, the online trainer, the runtime."""
     vermin = need_tool("vermin", "pip install vermin")
-    r = subprocess.run([vermin, "-t=3.6-", "--no-tips", "--violations", "--eval-annotations",
-                        os.path.join(root, "grpo_edge", "core")], capture_output=True, text=True)
+    r = subprocess.run([vermin, "-t=3.6-", "--no-tips", "--violations", "--eval-annotations"]
+                       + [os.path.join(root, "grpo_edge", d) for d in ("core", "online", "runtime")],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

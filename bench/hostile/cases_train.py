@@ -440,7 +440,7 @@ for kv in ("model.hidden=32", "grpo.algo=ppo", "model.activation=relu", "grpo.gr
 
 
 # ---------------------------------------------------------------------------------------------- online
-ONLINE_ENV = "grpo_edge.online_envs:CartPole"
+ONLINE_ENV = "grpo_edge.online.envs:CartPole"
 
 
 def _policy(ctx):
@@ -500,7 +500,7 @@ for cid, bad in (("online obs NaN", ("obs", float("nan"))), ("online obs 1e39", 
 
 def online_env_nan(ctx):
     """An env whose reward turns NaN now and then: no NaN may reach state.pt or served.pt."""
-    write(ctx, "nanenv.py", "import math\nfrom grpo_edge.online_envs import CartPole\n"
+    write(ctx, "nanenv.py", "import math\nfrom grpo_edge.online.envs import CartPole\n"
                             "class NanPole(CartPole):\n"
                             "    n = 0\n"
                             "    def step(self, a):\n"

@@ -19,7 +19,7 @@ from run import Ctx, load_weights, same_weights
 
 TRAIN = ["train", "-q", "--set", "training.steps=12", "--set", "training.batch_size=8", "--set",
          "training.eval_every=0", "--set", "task.eval_episodes=2", "--set", "training.save_every=1"]
-ONLINE = ["--env", "grpo_edge.online_envs:CartPole", "--max-updates", "16", "--set", "grpo.group_size=4",
+ONLINE = ["--env", "grpo_edge.online.envs:CartPole", "--max-updates", "16", "--set", "grpo.group_size=4",
           "--set", "training.batch_size=1", "--set", "online.max_steps=100", "--set", "online.eval_episodes=2",
           "--set", "online.gate_every=4", "--set", "online.checkpoint_every=1", "--set", "online.export_onnx=false",
           "-q"]

@@ -49,11 +49,11 @@ def train(
         overrides.append("task.augment=true")
         literals["task.mono_path"] = mono_path
     if online:
-        from grpo_edge.online import run_online_cli
+        from grpo_edge.online.runner import run_online_cli
         return run_online_cli(config, overrides + ["%s=%s" % (k, json.dumps(v)) for k, v in literals.items()],
                               save_dir)
     from grpo_edge.config import load_config
-    from grpo_edge.trainer import GRPOTrainer, install_sigterm_handler
+    from grpo_edge.training_run import GRPOTrainer, install_sigterm_handler
     cfg = load_config(config or "cartpole.yaml", overrides=overrides, literals=literals)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     install_sigterm_handler()

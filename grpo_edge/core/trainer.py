@@ -1,7 +1,7 @@
 """The GRPO trainer core: rollout -> group-relative advantages -> clipped loss -> optimizer step.
 
 Python 3.6 / torch 1.10 safe, imports torch and numpy only, so the same file trains on a Jetson Nano.
-Logging, progress bars, run folders and plots live outside the core (grpo_edge/trainer.py).
+Logging, progress bars, run folders and plots live outside the core (grpo_edge/training_run.py).
 
 One step, for a batch of B prompts / start states and G samples each (N = B * G):
 

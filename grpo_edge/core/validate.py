@@ -1,14 +1,14 @@
 """Value checks, in one place: type, range and finiteness, with a message that says what is allowed.
 
-Python 3.6 safe and dependency-free, so the run config (grpo_edge/config.py), the online trainer's config
-(grpo_edge/online_config.py) and the trainer core use the same rules:
+Python 3.6 safe and dependency-free, so the run config (grpo_edge/config/__init__.py), the online trainer's config
+(grpo_edge/online/config.py) and the trainer core use the same rules:
 
     check_number("training.lr", 3e-4, "float", lo=0, lo_incl=False)   -> 0.0003
     check_number("training.lr", float("nan"))                         -> ConfigError: ... finite ...
     check_choice("model.activation", "relu6", ("tanh", "relu", "gelu"))
 
 RANGES / CHOICES hold the ranges of the `training` and `grpo` keys; TRAINING_KEYS / GRPO_KEYS their kinds
-(a test keeps them in step with the dataclasses of grpo_edge/config.py).
+(a test keeps them in step with the dataclasses of grpo_edge/config/__init__.py).
 """
 import math
 

@@ -241,19 +241,10 @@ class GRPOTrainer(Trainer):
         (self.interrupted_at = that step). A second Ctrl-C, or one during the warm start, stops at once
         and saves nothing new. kill -9 leaves the last atomically written checkpoint intact.
         """
-        import yaml
         from grpo_edge.progress import TrainProgress
 
         t_cfg = self.config_obj.training
-        if self.save_dir and self.rank == 0:
-            self.save_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self._path("config.yaml"), yaml.safe_dump(self.cfg, sort_keys=False))
-            if t_cfg.tensorboard:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-                except ImportError:
-                    raise ConfigError("training.tensorboard needs the 'tensorboard' extra (pip install tensorboard)")
-                self._tb = SummaryWriter(str(self._path("tb")))
+        self._open_run_folder()
         start = time.time()
         progress = TrainProgress(total=t_cfg.steps, enabled=self.show_progress,
                                  title="%s | %s | %s params" % (self.task.name, self.policy.arch,
@@ -314,6 +305,20 @@ class GRPOTrainer(Trainer):
             if self._tb is not None:
                 self._tb.close()
         return self.finish(time.time() - start)
+
+    def _open_run_folder(self):
+        """Rank 0 writes config.yaml into the save dir (and opens TensorBoard when asked)."""
+        import yaml
+        if not (self.save_dir and self.rank == 0):
+            return
+        self.save_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self._path("config.yaml"), yaml.safe_dump(self.cfg, sort_keys=False))
+        if self.config_obj.training.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("training.tensorboard needs the 'tensorboard' extra (pip install tensorboard)")
+            self._tb = SummaryWriter(str(self._path("tb")))
 
     def _on_stop_signal(self, signum, frame):
         if self._in_steps and not self._stop_asked and self.world_size == 1:

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from grpo_edge.config_small_data import (SMALL_DATA_CHOICES, SMALL_DATA_RANGES, AugmentConfig, CurriculumConfig,
+from grpo_edge.config.small_data import (SMALL_DATA_CHOICES, SMALL_DATA_RANGES, AugmentConfig, CurriculumConfig,
                                          DistillConfig, check_small_data)
 from grpo_edge.core import validate
 from grpo_edge.errors import ConfigError
@@ -352,7 +352,7 @@ def resolve_config_path(path) -> Path:
     p = Path(path)
     if p.is_file():
         return p
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent      # the grpo_edge package folder
     candidates = [Path("configs") / p.name, here.parent / "configs" / p.name, here / "configs" / p.name]
     if p.suffix == "":
         candidates += [c.with_suffix(".yaml") for c in candidates]
@@ -363,7 +363,7 @@ def resolve_config_path(path) -> Path:
 
 
 def builtin_recipes():
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent      # the grpo_edge package folder
     for d in (here.parent / "configs", here / "configs"):
         if d.is_dir():
             return sorted(p.name for p in d.glob("*.yaml"))

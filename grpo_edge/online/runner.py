@@ -36,7 +36,7 @@ from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpo
 from grpo_edge.core.trainer import Trainer, resolve_device
 from grpo_edge.core.finite import weights_problem
 from grpo_edge.errors import ConfigError, GrpoEdgeError, NonFiniteError
-from grpo_edge.online_config import ONLINE_KEYS, load_online_config, parse_memory, rss_bytes
+from grpo_edge.online.config import ONLINE_KEYS, load_online_config, parse_memory, rss_bytes
 
 MAX_NONFINITE_IN_A_ROW = 10
 
@@ -101,7 +101,7 @@ class OnlineRunner(object):
         self._export_onnx()   # the ONNX always matches served.pt, even after a kill between the two
 
     def _build_task(self, model_config):
-        from grpo_edge.online_sources import EnvTask, StreamTask, make_env_factory, stdin_lines, tcp_lines
+        from grpo_edge.online.sources import EnvTask, StreamTask, make_env_factory, stdin_lines, tcp_lines
         o, t, g = self.o, self.cfg["training"], self.cfg["grpo"]
         if o["env"]:
             return EnvTask(o["env"], make_env_factory(o["env"], o["env_kwargs"]), o["max_steps"],
@@ -278,7 +278,7 @@ class OnlineRunner(object):
 
     def run(self):
         """Update until max_updates, a stop signal or the end of the stream. Returns a summary dict."""
-        from grpo_edge.online_sources import StreamEnded
+        from grpo_edge.online.sources import StreamEnded
         old = [signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)]
         reason = "max_updates"
         t0 = time.time()

@@ -79,7 +79,7 @@ def make_env_factory(spec, kwargs):
         import gymnasium as gym
     except ImportError:
         raise ConfigError("online.env %r looks like a gymnasium id, but gymnasium is not installed here; "
-                          "name a class instead, as module:Class (e.g. grpo_edge.online_envs:CartPole)" % spec)
+                          "name a class instead, as module:Class (e.g. grpo_edge.online.envs:CartPole)" % spec)
     try:
         gym.spec(spec)
     except Exception as e:
