@@ -3,6 +3,8 @@
 Measured: 12-16 updates (34k-87k environment steps) on seeds 0-4; the cap of 30 updates leaves room."""
 import pytest
 
+pytestmark = pytest.mark.slow      # three short training runs
+
 from grpo_edge.training_run import GRPOTrainer
 
 

@@ -109,6 +109,7 @@ def _records(policy_path, episodes, seed=0, with_logp=False):
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_stdin_stream_trains_gates_and_rejects_bad_records(tmp_path):
     pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)   # a mediocre, stochastic start
     text = _records(pol, 96, with_logp=True)
@@ -143,6 +144,7 @@ def test_stream_buffers_are_bounded(tmp_path):
     assert abs(est["return"] - mean) < 1e-3 and abs(est["ess"] - 6) < 1e-3
 
 
+@pytest.mark.slow
 def test_kill9_then_restart_resumes_exactly(tmp_path):
     pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)
     args = ["--env", ENV, "--policy", pol, "--max-updates", 24, "--set", "online.checkpoint_every=4",
@@ -187,6 +189,7 @@ def test_memory_budget_and_config_errors_are_one_line(tmp_path):
             load_online_config(None, sets)
 
 
+@pytest.mark.slow
 def test_python36_torch110_runs_the_online_demo():
     pyenv = shutil.which("pyenv")
     root = subprocess.run([pyenv, "root"], stdout=subprocess.PIPE, universal_newlines=True).stdout.strip() if pyenv else ""

@@ -119,6 +119,7 @@ def _cli(*args, **kw):
                           timeout=kw.get("timeout", 300), cwd=kw.get("cwd"))
 
 
+@pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
     run = tmp_path / "run"
     r = _cli("train", "--config", "configs/cartpole.yaml", "--save-dir", str(run), "--quiet", "--set", "training.steps=2",
@@ -150,6 +151,7 @@ def test_cli_bad_input_is_one_line(args, needle):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_kill_during_training_leaves_a_valid_checkpoint(tmp_path):
     """SIGKILL at a random moment: last.pt stays loadable and --resume continues."""
     run = tmp_path / "run"
