@@ -6,7 +6,7 @@ import numpy as np
 from grpo_edge.errors import ExportError
 
 
-def _check_finite(a, what, per_sample=False):
+def check_finite(a, what, per_sample=False):
     """Refuse NaN / inf in a floating array, naming where the first one is (sample index when stacked)."""
     a = np.asarray(a)
     if a.dtype.kind != "f" or a.size == 0:
@@ -33,7 +33,7 @@ def check_feeds(feeds, specs, src, onnx_path):
                 raise ExportError("calibration %s feed %d does not fit %s input %r: expected (%s) %s, found %s %s"
                                   % (src, i, onnx_path, s["name"], ", ".join(str(d) for d in s["shape"]),
                                      s["dtype"], tuple(a.shape), a.dtype))
-            _check_finite(a, "calibration %s feed %d input %r" % (src, i, s["name"]))
+            check_finite(a, "calibration %s feed %d input %r" % (src, i, s["name"]))
 
 
 def check_calibration(data, specs, src, onnx_path):
@@ -54,7 +54,7 @@ def check_calibration(data, specs, src, onnx_path):
         if not ok:
             raise ExportError("calibration %s does not fit %s input %r: expected %s, found %s"
                               % (src, onnx_path, s["name"], want, found))
-        _check_finite(a, "calibration %s input %r" % (src, s["name"]), per_sample=True)
+        check_finite(a, "calibration %s input %r" % (src, s["name"]), per_sample=True)
         counts.add(a.shape[0])
     if len(counts) > 1:
         raise ExportError("calibration %s: inputs have different sample counts %s" % (src, sorted(counts)))

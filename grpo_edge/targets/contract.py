@@ -66,15 +66,14 @@ def check_options(profile: dict, options: dict, allowed) -> None:
 
 
 def check_calibration(data, source) -> None:
-    """Calibration values must be finite (an inf gives infinite scales and a broken int8 model)."""
-    import numpy as np
+    """Calibration values must be finite (an inf gives infinite scales and a broken int8 model): the
+    export side's check (grpo_edge.export.validate), run at every target's entry."""
+    from grpo_edge.export.validate import check_finite
     arrays = data.values() if isinstance(data, dict) else (data if isinstance(data, list) else [data])
     for a in arrays:
-        for v in (a.values() if isinstance(a, dict) else [a]):
-            v = np.asarray(v)
-            if v.dtype.kind in "fc" and not np.all(np.isfinite(v)):
-                raise TargetError("calibration set %s holds %d non-finite values (NaN or inf)"
-                                  % (source, int(np.sum(~np.isfinite(v)))))
+        for name, v in (a.items() if isinstance(a, dict) else [("", a)]):
+            check_finite(v, "calibration set %s%s" % (source, (" input %r" % name) if name else ""),
+                         per_sample=not isinstance(data, list))
 
 
 # --- file modes -----------------------------------------------------------------------------------------
