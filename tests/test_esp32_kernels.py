@@ -6,6 +6,8 @@ Dozens of single-op models, each with its own symbol prefix, are linked into ONE
 import numpy as np
 import pytest
 
+from conftest import unavailable_here
+
 from grpo_edge.targets.esp32 import codegen, simulate
 from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
@@ -172,7 +174,7 @@ def build_level(tmp_path, opt):
     if opt != "sanitize":
         return opt, ()
     if not _sanitizers_work(tmp_path):
-        pytest.skip("gcc sanitizer runtimes (libasan/libubsan) not installed")
+        unavailable_here("gcc sanitizer runtimes not installed (apt-get install libasan8 libubsan1)")
     return "O0-novec", ("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
 
 

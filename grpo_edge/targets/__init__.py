@@ -14,8 +14,14 @@ FAMILY_MODULES = {"rpi": "grpo_edge.targets.rpi", "esp32": "grpo_edge.targets.es
                   "jetson": "grpo_edge.targets.jetson"}
 
 
-def deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):
-    """Deploy a checkpoint (or an ONNX model) to the named target; returns the Report (also written)."""
+def deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None, force=False):
+    """Deploy a checkpoint (or an ONNX model) to the named target; returns the Report (also written).
+    The folder is built aside and published at the end (targets/contract.py: manifest, edited files kept)."""
+    from grpo_edge.targets.contract import deploy_into_folder
+    return deploy_into_folder(_deploy, target, checkpoint, onnx, out_dir, options, force)
+
+
+def _deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):
     from grpo_edge.targets.profiles import load_profile
     profile = load_profile(target)                                   # unknown target -> lists the known ones
     if (checkpoint is None) == (onnx is None):
@@ -27,6 +33,10 @@ def deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):
     if family not in FAMILY_MODULES:
         raise TargetError("target %s has no deploy pipeline (family %r)" % (profile["name"], family))
     options = dict(options or {})
+    if family == "esp32" and checkpoint is not None:      # text models: their own integer path (esp32/text_deploy.py)
+        from grpo_edge.targets.esp32.text_deploy import deploy_text, is_text_checkpoint
+        if is_text_checkpoint(source):
+            return deploy_text(str(source), profile, out_dir, options)
     if family == "esp32":
         from grpo_edge.targets.esp32_pipeline import prepare_int8
         source, options = prepare_int8(source, Path(out_dir), options, from_checkpoint=checkpoint is not None)

@@ -129,26 +129,6 @@ def input_shape(name: str):
 
 
 
-
-def cached(name: str) -> Path:
-    """Build once per machine user into the temp folder (atomic rename), then reuse: for tests."""
-    import getpass
-    import os
-    import tempfile
-    import torch
-    root = Path(tempfile.gettempdir()) / ("grpo_edge_esp32_samples_%s_torch%s" % (getpass.getuser(), torch.__version__))
-    path = root / (name + ".int8.onnx")
-    if not path.exists():
-        tmp = Path(tempfile.mkdtemp(prefix=".build_", dir=str(root.parent)))
-        built = build(name, tmp)
-        root.mkdir(exist_ok=True)
-        for f in tmp.iterdir():
-            os.replace(str(f), str(root / f.name))
-        tmp.rmdir()
-        assert built.name == path.name
-    return path
-
-
 if __name__ == "__main__":
     for n in NAMES:
         print(build(n, sys.argv[1] if len(sys.argv) > 1 else "."))

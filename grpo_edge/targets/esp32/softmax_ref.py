@@ -18,7 +18,7 @@ import numpy as np
 
 from grpo_edge.errors import ExportError
 
-from . import reference as R
+from . import fixedpoint as R
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 

@@ -1,0 +1,238 @@
+/* grpo-edge ESP32 text kernels: int16 activations, int8 weights (TFLite 16x8 rules where TFLite has them).
+ *
+ * Self-contained C99 header of static inline functions; the generated <prefix>_text.c includes it.
+ * Each function has a NumPy twin in grpo_edge/targets/esp32/text_ref.py and must stay bit-exact with it.
+ * No malloc, no libc beyond <stdint.h>; callers own every buffer.
+ */
+#ifndef GX_TEXT_KERNELS_H
+#define GX_TEXT_KERNELS_H
+
+#include <stdint.h>
+
+/* SaturatingRoundingDoublingHighMul (gemmlowp / TFLite). */
+static inline int32_t gxt_srdhm(int32_t a, int32_t b)
+{
+    int64_t ab, nudge;
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    ab = (int64_t)a * (int64_t)b;
+    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+/* RoundingDivideByPOT: x / 2^e, rounded half away from zero. */
+static inline int32_t gxt_rdbpot(int32_t x, int e)
+{
+    int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
+    int32_t rem = x & mask;
+    int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (rem > thr ? 1 : 0);
+}
+
+/* MultiplyByQuantizedMultiplier, double rounding (TFLM default). */
+static inline int32_t gxt_mbqm(int32_t x, int32_t m, int shift)
+{
+    int left = shift > 0 ? shift : 0;
+    int right = shift > 0 ? 0 : -shift;
+    return gxt_rdbpot(gxt_srdhm((int32_t)((uint32_t)x << left), m), right);
+}
+
+/* MultiplyByQuantizedMultiplier for an int64 accumulator (TFLite, 16x8 kernels with int64 acc). */
+static inline int32_t gxt_mbqm64(int64_t x, int32_t m, int shift)
+{
+    int32_t reduced = m < 0x7FFF0000 ? ((m + (1 << 15)) >> 16) : 0x7FFF;
+    int total = 15 - shift;
+    int64_t round = (int64_t)1 << (total - 1);
+    return (int32_t)((x * reduced + round) >> total);
+}
+
+static inline int16_t gxt_sat16(int32_t v)
+{
+    return (int16_t)(v < -32768 ? -32768 : (v > 32767 ? 32767 : v));
+}
+
+/* Fully connected 16x8: y[o] = clamp(MBQM(sum_i w[o][i] x[i] + b[o], m[o], s[o]), lo, hi).
+ * Two output rows share each load of x, four inputs per iteration (about 4 rv32 instructions per MAC
+ * instead of 7). The int32 sums are exact in any order: the generator proves they cannot overflow. */
+static inline int16_t gxt_requant16(int32_t acc, int32_t m, int s, int32_t lo, int32_t hi)
+{
+    int32_t v = gxt_mbqm(acc, m, s);
+    return (int16_t)(v < lo ? lo : (v > hi ? hi : v));
+}
+
+static inline void gxt_fc16(const int16_t *x, int n_in, const int8_t *w, const int32_t *b, const int32_t *m,
+                            const int8_t *s, int n_out, int32_t lo, int32_t hi, int16_t *y)
+{
+    int o = 0, i;
+    for (; o + 1 < n_out; o += 2) {
+        const int8_t *w0 = w + (long)o * n_in, *w1 = w0 + n_in;
+        int32_t a0 = b ? b[o] : 0, a1 = b ? b[o + 1] : 0;
+        for (i = 0; i + 3 < n_in; i += 4) {
+            int32_t x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+            a0 += w0[i] * x0 + w0[i + 1] * x1 + w0[i + 2] * x2 + w0[i + 3] * x3;
+            a1 += w1[i] * x0 + w1[i + 1] * x1 + w1[i + 2] * x2 + w1[i + 3] * x3;
+        }
+        for (; i < n_in; ++i) {
+            a0 += w0[i] * (int32_t)x[i];
+            a1 += w1[i] * (int32_t)x[i];
+        }
+        y[o] = gxt_requant16(a0, m[o], s[o], lo, hi);
+        y[o + 1] = gxt_requant16(a1, m[o + 1], s[o + 1], lo, hi);
+    }
+    for (; o < n_out; ++o) {
+        const int8_t *wr = w + (long)o * n_in;
+        int32_t acc = b ? b[o] : 0;
+        for (i = 0; i < n_in; ++i) acc += (int32_t)wr[i] * (int32_t)x[i];
+        y[o] = gxt_requant16(acc, m[o], s[o], lo, hi);
+    }
+}
+
+/* TFLite int16 table lookup with linear interpolation (513-entry table). */
+static inline int16_t gxt_lut16(int16_t value, const int16_t *lut)
+{
+    uint16_t index = (uint16_t)(256 + (value >> 7));
+    int16_t offset = (int16_t)(value & 0x7f);
+    int16_t base = lut[index];
+    int16_t slope = (int16_t)(lut[index + 1] - lut[index]);
+    int16_t delta = (int16_t)(((int32_t)slope * offset + 64) >> 7);
+    return (int16_t)(base + delta);
+}
+
+static inline void gxt_lut16_vec(int16_t *x, int n, const int16_t *lut)
+{
+    int i;
+    for (i = 0; i < n; ++i) x[i] = gxt_lut16(x[i], lut);
+}
+
+static inline int gxt_clz32(uint32_t x)
+{
+    int n = 0;
+    if (x == 0) return 32;
+    while (!(x & 0x80000000u)) {
+        x <<= 1;
+        ++n;
+    }
+    return n;
+}
+
+/* TFLite SoftmaxInt16 over n scores (int16) -> Q0.15 probabilities; out may alias x. */
+static inline void gxt_softmax16(const int16_t *x, int n, int32_t m, int s, const int16_t *exp_lut,
+                                 const int16_t *recip_lut, int16_t *out)
+{
+    int c, hp1, rs;
+    int16_t mx = x[0], recip;
+    int32_t sum = 0, shifted;
+    int64_t round;
+    for (c = 1; c < n; ++c) if (x[c] > mx) mx = x[c];
+    for (c = 0; c < n; ++c) {
+        int32_t scaled = gxt_mbqm((int32_t)x[c] - (int32_t)mx, m, s);
+        out[c] = gxt_lut16(gxt_sat16(scaled + 32767), exp_lut);
+        sum += out[c];
+    }
+    hp1 = gxt_clz32((uint32_t)sum);
+    shifted = (int32_t)((((int64_t)sum << (hp1 - 1)) + (1 << 13)) >> 14);
+    recip = gxt_lut16(gxt_sat16(shifted - ((1 << 15) + (1 << 16))), recip_lut);
+    rs = 31 - hp1;
+    round = (int64_t)1 << (rs - 1);
+    for (c = 0; c < n; ++c) {
+        int64_t r = ((int64_t)out[c] * (int64_t)recip + round) >> rs;
+        out[c] = (int16_t)(r < 0 ? 0 : (r > 32767 ? 32767 : r));
+    }
+}
+
+/* floor(sqrt(v)), bit by bit. */
+static inline uint32_t gxt_isqrt64(uint64_t v)
+{
+    uint64_t r = 0, bit = (uint64_t)1 << 62;
+    while (bit > v) bit >>= 2;
+    while (bit) {
+        if (v >= r + bit) {
+            v -= r + bit;
+            r = (r >> 1) + bit;
+        } else {
+            r >>= 1;
+        }
+        bit >>= 2;
+    }
+    return (uint32_t)r;
+}
+
+/* Our integer layer norm (TFLite has none; docs/esp32.md): x int16 (D) -> y int16 (D). */
+static inline void gxt_layernorm16(const int16_t *x, int d, const int32_t *m, const int8_t *s, const int32_t *beta,
+                                   int32_t eps, int16_t *y)
+{
+    int i;
+    int32_t sum = 0, mean, a;
+    int64_t var = 0, inv;
+    uint32_t sd;
+    for (i = 0; i < d; ++i) sum += x[i];
+    a = sum < 0 ? -sum : sum;
+    mean = (a + d / 2) / d;
+    if (sum < 0) mean = -mean;
+    for (i = 0; i < d; ++i) {
+        int32_t e = (int32_t)x[i] - mean;
+        var += (int64_t)e * e;
+    }
+    var = var / d + eps;
+    if (var < 1) var = 1;
+    sd = gxt_isqrt64((uint64_t)var << 16);
+    inv = (((int64_t)1 << 38) + (sd >> 1)) / sd;
+    for (i = 0; i < d; ++i) {
+        int32_t e = (int32_t)x[i] - mean;
+        int32_t n = (int32_t)(((int64_t)e * inv + (1 << 17)) >> 18);
+        y[i] = gxt_sat16(gxt_mbqm(n, m[i], s[i]) + beta[i]);
+    }
+}
+
+/* y = sat16(y + a), elementwise. */
+static inline void gxt_add16(int16_t *y, const int16_t *a, int n)
+{
+    int i;
+    for (i = 0; i < n; ++i) y[i] = gxt_sat16((int32_t)y[i] + (int32_t)a[i]);
+}
+
+/* One head of attention over n cached positions (cache rows `stride` int16 apart):
+ * scores = MBQM64(q . k_t) (int16), masked keys (mask[t] != 0) get -32768, Q0.15 softmax, y = MBQM(sum p_t v_t).
+ * scratch holds n int16. */
+static inline void gxt_attend16(const int16_t *q, const int16_t *kc, const int16_t *vc, int n, int hd, int stride,
+                                int32_t sc_m, int sc_s, int32_t sm_m, int sm_s, int32_t y_m, int y_s,
+                                const int16_t *exp_lut, const int16_t *recip_lut, const uint8_t *mask,
+                                int16_t *scratch, int16_t *y)
+{
+    int t, j;
+    for (t = 0; t < n; ++t) {
+        const int16_t *kr = kc + (long)t * stride;
+        int64_t acc = 0;
+        int32_t v;
+        for (j = 0; j < hd; ++j) acc += (int32_t)q[j] * (int32_t)kr[j];
+        v = gxt_mbqm64(acc, sc_m, sc_s);
+        scratch[t] = (mask && mask[t]) ? (int16_t)-32768 : gxt_sat16(v);
+    }
+    gxt_softmax16(scratch, n, sm_m, sm_s, exp_lut, recip_lut, scratch);
+    for (j = 0; j < hd; ++j) {
+        int32_t acc = 0;
+        for (t = 0; t < n; ++t) acc += (int32_t)scratch[t] * (int32_t)vc[(long)t * stride + j];
+        y[j] = gxt_sat16(gxt_mbqm(acc, y_m, y_s));
+    }
+}
+
+/* First index of the maximum. */
+static inline int gxt_argmax16(const int16_t *x, int n)
+{
+    int i, best = 0;
+    for (i = 1; i < n; ++i) if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* FNV-1a over bytes (test vectors, logit hashes). */
+static inline uint32_t gxt_fnv1a(uint32_t h, const void *data, int n)
+{
+    const uint8_t *p = (const uint8_t *)data;
+    int i;
+    for (i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+#endif /* GX_TEXT_KERNELS_H */

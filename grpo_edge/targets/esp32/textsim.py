@@ -1,0 +1,282 @@
+"""Host and rv32 simulation of the generated text C: bit-exact with text_ref on every generated token.
+
+host:  gcc -std=c99 -Wall -Wextra -Werror -pedantic (-O2, and -O0 with -fsanitize=address,undefined when
+       libasan links) builds <prefix>_text.c + a harness that reads prompts (one per line) and prints
+       "<rc> <logit hash> <ids> |<answer>" per prompt. rc, ids and the hash of every decision step's int16
+       logits must equal text_ref.run_prompts.
+rv32:  riscv64-unknown-elf-gcc -march=rv32imc (the ESP32-C3's ISA) builds the same C into a bare ELF;
+       unicorn runs <prefix>_prefill / <prefix>_decode directly and counts instructions exactly (prefill
+       and each decode step separately).
+"""
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.errors import TargetError
+
+from . import rv32, textgen_c
+from .text_ref import run_prompts
+
+CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+
+
+def harness_c(prefix) -> str:
+    p, P = prefix, prefix.upper()
+    return """#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include "%(p)s_text.h"
+
+/* argv[1] == "gen": only <prefix>_generate with answer buffers of argv[2] bytes (device-side checks) */
+int main(int argc, char **argv)
+{
+    static char line[4096];
+    char answer[512];
+    int16_t ids[%(P)s_INPUT_LEN];
+    int gen_only = argc > 1 && strcmp(argv[1], "gen") == 0;
+    int cap = argc > 2 ? atoi(argv[2]) : (int)sizeof answer;
+    while (fgets(line, sizeof line, stdin)) {
+        size_t n = strlen(line);
+        int rc, s, tok, out[%(P)s_MAX_NEW], k = 0;
+        while (n && (line[n - 1] == '\\n' || line[n - 1] == '\\r')) line[--n] = '\\0';
+        if (gen_only) {
+            rc = %(p)s_generate(line, answer, cap);
+            printf("%%d |%%s\\n", rc, rc >= 0 || rc == %(P)s_ERR_SPACE ? answer : %(p)s_error(rc));
+            continue;
+        }
+        rc = %(p)s_encode(line, ids);
+        if (rc < 0) { printf("%%d 0 - |%%s\\n", rc, %(p)s_error(rc)); continue; }
+        tok = %(p)s_prefill(ids);
+        for (s = 0; s < %(P)s_MAX_NEW; ++s) {
+            out[k++] = tok;
+            if (tok == 2 || s == %(P)s_MAX_NEW - 1) break;
+            tok = %(p)s_decode(tok, %(P)s_FIRST_POS + s);
+        }
+        printf("%%d %%u ", k, (unsigned)%(p)s_logit_hash);
+        for (s = 0; s < k; ++s) printf(s ? ",%%d" : "%%d", out[s]);
+        rc = %(p)s_generate(line, answer, (int)sizeof answer);
+        printf(" |%%s\\n", rc >= 0 ? answer : %(p)s_error(rc));
+    }
+    return 0;
+}
+""" % {"p": p, "P": P}
+
+
+def gcc() -> str:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise TargetError("host C compiler (gcc) not found: install gcc to simulate the generated C")
+    return cc
+
+
+def sanitizers_available() -> bool:
+    """True when gcc links an -fsanitize=address,undefined program here."""
+    with tempfile.TemporaryDirectory(prefix="gxsan_") as d:
+        src = Path(d) / "t.c"
+        src.write_text("int main(void){return 0;}\n")
+        r = subprocess.run([gcc()] + SANITIZE + ["-o", str(Path(d) / "t"), str(src)], capture_output=True)
+        if r.returncode != 0:
+            return False
+        return subprocess.run([str(Path(d) / "t")], capture_output=True).returncode == 0
+
+
+def build_host(q, prefix, workdir, opt="-O2", sanitize=False) -> Path:
+    work = Path(workdir)
+    files = textgen_c.write(q, work, prefix)
+    (work / "harness.c").write_text(harness_c(prefix))
+    exe = work / ("textsim%s%s" % (opt.replace("-", "_"), "_san" if sanitize else ""))
+    cmd = ([gcc()] + CFLAGS + [opt] + (SANITIZE if sanitize else []) +
+           ["-I", str(work), "-o", str(exe), str(work / "harness.c"), str(files["source"])])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise TargetError("gcc failed on the generated text C (%s): %s" % (opt, (r.stderr.strip().splitlines() or ["?"])[0]))
+    return exe
+
+
+def run_host(exe, prompts, args=(), timeout=600):
+    """Run the harness on prompts; returns its output lines (one per prompt)."""
+    data = "".join(p + "\n" for p in prompts).encode("utf-8")
+    r = subprocess.run([str(exe)] + list(args), input=data, capture_output=True, timeout=timeout)
+    if r.returncode != 0:
+        raise TargetError("text harness exited with code %d: %s" % (r.returncode, r.stderr.decode(errors="replace")[-400:]))
+    return r.stdout.decode("utf-8").splitlines()
+
+
+def parse_line(line):
+    head, answer = line.split(" |", 1)
+    k, h, ids = head.split(" ")
+    return {"n": int(k), "hash": int(h), "ids": [int(v) for v in ids.split(",")] if ids != "-" else [],
+            "answer": answer}
+
+
+def host_check(q, prefix, prompts, opts=("-O2",), sanitize=None, n_sanitize=100) -> dict:
+    """Every prompt: C ids, logit hash and answer == the reference's. sanitize None = when available; the
+    sanitizer build (-O0, ~10x slower) runs the first n_sanitize prompts."""
+    ref = run_prompts(q, prompts)
+    san = sanitizers_available() if sanitize is None else bool(sanitize)
+    builds = [(o, False) for o in opts] + ([("-O0", True)] if san else [])
+    res = {"n_prompts": len(prompts), "builds": {}, "sanitizers": san}
+    with tempfile.TemporaryDirectory(prefix="gxtext_") as d:
+        for opt, s in builds:
+            exe = build_host(q, prefix, d, opt, s)
+            ps = prompts[:n_sanitize] if s else prompts
+            got = [parse_line(x) for x in run_host(exe, ps)]
+            bad = [i for i, (g, r) in enumerate(zip(got, ref))
+                   if g["ids"] != r["ids"] or g["hash"] != r["hash"] or g["answer"] != r["answer"]]
+            if len(got) != len(ps):
+                bad.append(len(got))
+            res["builds"]["%s%s" % (opt, " asan+ubsan" if s else "")] = {
+                "bit_exact": not bad, "mismatched_prompts": len(bad), "n_prompts": len(ps),
+                "first_mismatch": None if not bad or bad[0] >= len(got) else
+                {"prompt": prompts[bad[0]], "c": got[bad[0]], "ref": ref[bad[0]]}}
+    res["bit_exact"] = all(b["bit_exact"] for b in res["builds"].values())
+    res["tokens_compared"] = int(sum(len(r["ids"]) for r in ref))
+    res["answers"] = [r["answer"] for r in ref]
+    return res
+
+
+def device_checks(q, prefix, cases) -> list:
+    """Run <prefix>_generate in the sanitizer build (or plain -O0) on (prompt, answer capacity) cases;
+    returns [(rc, text)] so tests can check the error codes and that nothing was written out of bounds."""
+    san = sanitizers_available()
+    out = []
+    with tempfile.TemporaryDirectory(prefix="gxtextchk_") as d:
+        exe = build_host(q, prefix, d, "-O0", san)
+        for prompt, cap in cases:
+            line = run_host(exe, [prompt], ["gen", str(cap)])[0]
+            rc, text = line.split(" |", 1)
+            out.append((int(rc), text))
+    return out
+
+
+# ----------------------------------------------------------------------------- rv32
+
+RV_MAIN = """#include <stdint.h>
+#include <stddef.h>
+void *memset(void *d, int c, size_t n) { unsigned char *p = (unsigned char *)d; while (n--) *p++ = (unsigned char)c; return d; }
+void *memcpy(void *d, const void *s, size_t n) { unsigned char *p = (unsigned char *)d; const unsigned char *q = (const unsigned char *)s; while (n--) *p++ = *q++; return d; }
+"""
+
+
+def build_rv32(q, prefix, workdir) -> Path:
+    if shutil.which(rv32.CROSS) is None:
+        raise TargetError(rv32.missing_reason())
+    work = Path(workdir)
+    files = textgen_c.write(q, work, prefix)
+    (work / "rv_libc.c").write_text(RV_MAIN)
+    elf = work / (prefix + "_text_rv32.elf")
+    cmd = ([rv32.CROSS] + rv32.RV_FLAGS + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s_prefill" % prefix,
+                                           "-Wl,-Ttext=0x%x" % rv32.TEXT_BASE, "-I", str(work), "-o", str(elf),
+                                           str(files["source"]), str(work / "rv_libc.c"), "-lgcc"])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise TargetError("rv32 cross-compile of the text C failed: %s" % (r.stderr.strip().splitlines() or ["?"])[0])
+    return elf
+
+
+class TextMachine:
+    """The rv32 ELF in unicorn: prefill(ids) and decode(token, pos) with exact instruction counts."""
+
+    def __init__(self, elf_path, prefix, first_pos):
+        from elftools.elf.elffile import ELFFile
+        from unicorn import UC_ARCH_RISCV, UC_MODE_RISCV32, Uc
+        self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
+        with open(elf_path, "rb") as f:
+            elf = ELFFile(f)
+            for seg in elf.iter_segments():
+                if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
+                    continue
+                lo = seg["p_vaddr"] & ~0xFFF
+                hi = (seg["p_vaddr"] + seg["p_memsz"] + 0xFFF) & ~0xFFF
+                self.uc.mem_map(lo, hi - lo)
+                self.uc.mem_write(seg["p_vaddr"], seg.data() + b"\0" * (seg["p_memsz"] - seg["p_filesz"]))
+            syms = elf.get_section_by_name(".symtab")
+            self.sym = {n: syms.get_symbol_by_name(prefix + n)[0]["st_value"]
+                        for n in ("_prefill", "_decode", "_logits", "_logit_hash")}
+            gp = syms.get_symbol_by_name("__global_pointer$")
+            self.gp = gp[0]["st_value"] if gp else 0
+        self.first_pos = first_pos
+        self.uc.mem_map(rv32.IO_BASE, 0x1000)
+        self.uc.mem_map(rv32.STACK_TOP - rv32.STACK_SIZE, rv32.STACK_SIZE)
+        self.uc.mem_map(rv32.SENTINEL, 0x1000)
+        self._blocks, self.count, self.stack = {}, 0, 0
+
+    def _count_block(self, uc, addr, size, _):
+        n = self._blocks.get((addr, size))
+        if n is None:
+            code = bytes(uc.mem_read(addr, size))
+            n, i = 0, 0
+            while i < size:
+                i += 4 if (code[i] & 3) == 3 else 2
+                n += 1
+            self._blocks[(addr, size)] = n
+        self.count += n
+
+    def call(self, name, a0=0, a1=0, count=True):
+        from unicorn import UC_HOOK_BLOCK
+        from unicorn.riscv_const import (UC_RISCV_REG_A0, UC_RISCV_REG_A1, UC_RISCV_REG_GP, UC_RISCV_REG_RA,
+                                         UC_RISCV_REG_SP)
+        uc = self.uc
+        uc.mem_write(rv32.STACK_TOP - rv32.STACK_SIZE, bytes([rv32.STACK_FILL]) * rv32.STACK_SIZE)
+        for reg, v in ((UC_RISCV_REG_SP, rv32.STACK_TOP - 16), (UC_RISCV_REG_RA, rv32.SENTINEL),
+                       (UC_RISCV_REG_GP, self.gp), (UC_RISCV_REG_A0, a0 & 0xFFFFFFFF), (UC_RISCV_REG_A1, a1)):
+            uc.reg_write(reg, v)
+        self.count = 0
+        h = uc.hook_add(UC_HOOK_BLOCK, self._count_block) if count else None
+        try:
+            uc.emu_start(self.sym[name], rv32.SENTINEL, timeout=0, count=0)
+        except Exception as e:  # noqa: BLE001 - unicorn raises UcError
+            raise TargetError("rv32 simulation of %s faulted: %s" % (name, e))
+        finally:
+            if h is not None:
+                uc.hook_del(h)
+        st = bytes(uc.mem_read(rv32.STACK_TOP - rv32.STACK_SIZE, rv32.STACK_SIZE))
+        self.stack = max(self.stack, rv32.STACK_SIZE - next((i for i, b in enumerate(st) if b != rv32.STACK_FILL),
+                                                            rv32.STACK_SIZE))
+        v = uc.reg_read(UC_RISCV_REG_A0)
+        return (v - (1 << 32) if v >= (1 << 31) else v), self.count
+
+    def generate(self, ids, max_new):
+        """ids (input_len,) -> (tokens up to and with EOS, logit hash, prefill instructions, [decode instructions])."""
+        self.uc.mem_write(rv32.IO_BASE, np.asarray(ids, "<i2").tobytes())
+        tok, n_pre = self.call("_prefill", rv32.IO_BASE)
+        toks, dec = [tok], []
+        for s in range(max_new - 1):
+            if tok == 2:
+                break
+            tok, n = self.call("_decode", tok, self.first_pos + s)
+            toks.append(tok)
+            dec.append(n)
+        h = int.from_bytes(bytes(self.uc.mem_read(self.sym["_logit_hash"], 4)), "little")
+        return toks, h, n_pre, dec
+
+
+def rv32_check(q, prefix, prompts) -> dict:
+    """Cross-build, run every prompt in unicorn, compare ids + logit hash with the reference, count."""
+    from .textir import encode_prompts
+    if not rv32.available():
+        raise TargetError(rv32.missing_reason())
+    ref = run_prompts(q, prompts)
+    ids = encode_prompts(q["cfg"], prompts)
+    with tempfile.TemporaryDirectory(prefix="gxtextrv_") as d:
+        elf = build_rv32(q, prefix, d)
+        sizes = rv32.section_sizes(elf)
+        m = TextMachine(elf, prefix, q["cfg"]["input_len"] if q["arch"] == "micro-gpt" else 1)
+        bad, pre, dec = 0, [], []
+        for r, row in zip(ref, ids):
+            toks, h, n_pre, n_dec = m.generate(row, q["cfg"]["max_new_tokens"])
+            bad += int(toks != r["ids"] or h != r["hash"])
+            pre.append(n_pre)
+            dec += n_dec
+    return {"n_prompts": len(prompts), "bit_exact": bad == 0, "mismatched_prompts": bad,
+            "instructions_prefill": {"mean": float(np.mean(pre)), "min": int(min(pre)), "max": int(max(pre))},
+            "instructions_per_decode_token": {"mean": float(np.mean(dec)) if dec else 0.0,
+                                              "min": int(min(dec)) if dec else 0, "max": int(max(dec)) if dec else 0,
+                                              "n": len(dec)},
+            "decode_tokens_per_answer": float(len(dec)) / max(1, len(prompts)),
+            "sections": sizes, "stack_bytes": int(m.stack), "compiler": " ".join([rv32.CROSS] + rv32.RV_FLAGS)}

@@ -1,0 +1,170 @@
+"""ESP32 text path: text checkpoints -> integer C (16x8), bit-exact host / rv32 generation, firmware prompt mode.
+
+Real compilers and simulators: gcc (and ASan/UBSan when libasan links), riscv64-unknown-elf-gcc + unicorn
+for rv32 (skipped with the reason when missing). Models are tiny (text_fixtures, or untrained ones built here).
+"""
+import json
+
+import numpy as np
+import pytest
+import torch
+from session_cache import text_checkpoint as cached_text_checkpoint
+from typer.testing import CliRunner
+
+from grpo_edge.cli.main import app
+from grpo_edge.errors import TargetError
+from grpo_edge.targets.esp32 import rv32, textfw, textir, textsim
+from grpo_edge.targets.esp32.text_deploy import deploy_text
+
+
+def _untrained(arch="micro-gpt", seed=0, **shape):
+    """An untrained text model of any shape, as a (model, state) pair with the trainer's checkpoint layout."""
+    from grpo_edge.core.models import build_model
+    from grpo_edge.tasks import get_task
+    torch.manual_seed(seed)
+    if arch == "micro-gpt":
+        tcfg = {"name": "arithmetic", "max_operand": 9}
+        task = get_task("arithmetic", dict(tcfg), seed=0)
+    else:
+        tcfg = {"name": "zh-en-numbers", "max_number": 99}
+        task = get_task("zh-en-numbers", dict(tcfg), seed=0)
+    model = build_model(arch, **dict(task.model_kwargs(), **shape))
+    model.eval()
+    state = {"arch": arch, "model_config": model.config(), "task": tcfg["name"], "task_meta": task.checkpoint_meta(),
+             "config": {"task": tcfg}}
+    return model, state
+
+
+def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
+    out = tmp_path / "s3"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--checkpoint",
+                                 str(cached_text_checkpoint("arithmetic")), "--out", str(out),
+                                 "--option", "n_rv32=2", "--option", "tflm=false"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((out / "report.json").read_text())
+    f = rep["figures"]
+    assert f["host_bit_exact"]["value"] is True
+    assert f["completions_identical_to_fp32"]["value"] >= 0.98
+    assert abs(f["exact_match_int"]["value"] - f["exact_match_fp32"]["value"]) <= 0.01
+    if rv32.available():
+        assert f["rv32_bit_exact"]["value"] is True
+        assert f["rv32_instructions_per_decode_token"]["value"] > 0
+        for key in ("esp32s3", "esp32c3"):
+            assert f["answer_time_%s_s" % key]["how"] == "estimated"
+            assert f["answer_time_%s_s" % key]["value"] > 0
+    # the firmware's host build answers piped prompts like the integer reference, and rejects bad ones
+    ex = rep["sections"]["examples"]                          # prompt, fp32 and integer-reference answers
+    exe = textfw.build_host(out / "firmware")
+    got = textfw.run_prompt_mode(exe, [e["prompt"] for e in ex] + ["1*2=", "1234567+1="])
+    assert got["rc"] == 0 and got["selftest"].endswith("status=OK"), got
+    n = len(ex)
+    assert [a["answer"] for a in got["answers"][:n]] == [e["int"] for e in ex]
+    assert all(a["us_per_answer"] >= a["us_prefill"] for a in got["answers"][:n])
+    assert got["answers"][n]["error"].startswith("prompt has a character outside")
+    assert got["answers"][n + 1]["error"].startswith("prompt longer than")
+
+
+def test_other_micro_gpt_shape_is_bit_exact_on_host_and_rv32(tmp_path):
+    pair = _untrained(d_model=18, n_layer=3, n_head=3, max_len=16)   # 18: FC inputs not a multiple of 4
+    rep = deploy_text(pair, "esp32c3", tmp_path / "c3", {"n_eval": 60, "n_calib": 64, "n_rv32": 1,
+                                                        "rv32": rv32.available(), "firmware": False,
+                                                        "tflm": False})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True
+    assert f["completions_identical_to_fp32"].value >= 0.9     # untrained: logits nearly tied, a few flips allowed
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+    src = next((tmp_path / "c3" / "text_c").glob("*_text.c")).read_text()
+    assert "static const layer_t layers[3]" in src
+
+
+def test_device_side_checks_never_write_out_of_bounds():
+    if not textsim.sanitizers_available():
+        pytest.skip("gcc cannot link -fsanitize=address,undefined here (no libasan): checks run without it elsewhere")
+    m, state = _untrained(d_model=16, n_layer=1, n_head=2, max_len=16)
+    ir = textir.checkpoint2textir((m, state))
+    q = textir.textir2int(ir, ["1+2=", "3+4="])
+    res = textsim.device_checks(q, "m", [("1+2=", 64), ("123456+1=", 64), ("1*2=", 64), ("1+2=", 1), ("1+2=", 2),
+                                         ("", 8)])
+    assert res[0][0] > 0
+    assert res[1] == (-1, "prompt longer than the model's context")
+    assert res[2][0] == -2
+    assert res[3][0] in (-3, 1) and res[3][1] == ""           # no room even for one character (or EOS at once)
+    assert res[4][0] in (-3, 1) and len(res[4][1]) <= 1
+    assert res[5][0] > 0                                      # an empty prompt is all padding: allowed
+
+
+def test_model_too_big_for_the_chip_fails_before_generating(tmp_path):
+    pair = _untrained(d_model=256, n_layer=4, n_head=4, max_len=16)
+    with pytest.raises(TargetError, match=r"needs about \d+ bytes of flash .* esp32c3 allows \d+"):
+        deploy_text(pair, "esp32c3", tmp_path / "big", {})
+    assert not (tmp_path / "big").exists()
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    pair = _untrained(d_model=16, n_layer=1, n_head=2, max_len=16)
+    ir = textir.checkpoint2textir(pair)
+    with pytest.raises(TargetError, match="outside the vocabulary"):
+        textir.encode_prompts(ir.cfg, ["1x2="])
+    with pytest.raises(TargetError, match="has 8 characters; the model takes at most 4"):
+        textir.encode_prompts(ir.cfg, ["1234567="])
+    with pytest.raises(TargetError, match="unknown esp32 text deploy option"):
+        deploy_text(pair, "esp32s3", tmp_path / "x", {"bogus": 1})
+    with pytest.raises(TargetError, match="int16 activations"):
+        deploy_text(pair, "esp32s3", tmp_path / "x", {"activations": "int8"})
+
+
+def test_kernels_header_compiles_alone_for_host_and_rv32(tmp_path):
+    import shutil
+    import subprocess
+    src = tmp_path / "k.c"
+    src.write_text('#include "gx_text_kernels.h"\nint main(void) { return 0; }\n')
+    inc = str(textsim.textgen_c.KERNELS.parent)
+    r = subprocess.run([textsim.gcc()] + textsim.CFLAGS + ["-I", inc, "-c", "-o", str(tmp_path / "k.o"), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    if shutil.which(rv32.CROSS):
+        r = subprocess.run([rv32.CROSS] + rv32.RV_FLAGS + ["-I", inc, "-c", "-o", str(tmp_path / "k.rv.o"), str(src)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_reference_kernels_follow_tflite_int16_tables():
+    from grpo_edge.targets.esp32 import text_ref
+    t = textir.softmax_tables()
+    assert t["exp"][512] == 32767 and t["exp"][0] in (1, 2)        # exp(0) saturates, exp(-10) * 32768 ~ 1.5
+    x = np.array([[100, 100, -32768]], np.int16)
+    m, s = textir.softmax_multiplier(1e-3)
+    p = text_ref.softmax16(x, m, s, t["exp"], t["recip"])
+    assert abs(int(p[0, 0]) - 16384) <= 2 and p[0, 0] == p[0, 1] and p[0, 2] <= 1
+    v = np.arange(-32768, 32768, 97, dtype=np.int64)
+    assert np.array_equal(text_ref.isqrt64(v * v), np.abs(v))
+
+
+def test_zh_en_encoder_decoder_deploys_bit_exact_with_prompt_mode(tmp_path):
+    out = tmp_path / "zh"
+    rep = deploy_text(str(cached_text_checkpoint("zh-en-numbers")), "esp32s3", out,
+                      {"n_rv32": 1, "rv32": rv32.available(), "tflm": False})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True
+    assert f["completions_identical_to_fp32"].value >= 0.98
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+    ex = rep.sections["examples"]
+    got = textfw.run_prompt_mode(textfw.build_host(out / "firmware"), [e["prompt"] for e in ex] + ["abc"])
+    assert got["selftest"].endswith("status=OK")
+    assert [a["answer"] for a in got["answers"][:len(ex)]] == [e["int"] for e in ex]
+    assert got["answers"][-1]["error"].startswith("prompt has a character outside")
+
+
+def test_tflm_runs_the_shared_ops_bit_exactly_and_names_the_missing_ones(tmp_path):
+    from grpo_edge.targets.esp32 import text_tflm
+    if not text_tflm.available():
+        pytest.skip("pip tflite-micro is not installed")
+    m, state = _untrained(d_model=16, n_layer=1, n_head=2, max_len=16)
+    q = textir.textir2int(textir.checkpoint2textir((m, state)), ["1+2=", "3+4=", "9+9="])
+    chk = text_tflm.bit_exact_checks(q, tmp_path, n=16)
+    assert chk["fully_connected_16x8"]["bit_exact"] and chk["softmax_int16"]["bit_exact"], chk
+    sup = text_tflm.op_support(tmp_path)
+    assert sup["FULLY_CONNECTED"] == "runs" and sup["SOFTMAX"] == "runs"
+    assert sup["ARG_MAX"].startswith("fails")                 # no int16 ARG_MAX in TFLM
