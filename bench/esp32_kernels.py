@@ -51,7 +51,7 @@ def digits_default(work):
 
 def cartpole_16x8(work):
     from grpo_edge.targets.esp32 import samples
-    return samples.cached("mlp16")
+    return samples.build("mlp16", work)
 
 
 def build_marked(gen, work):

@@ -8,9 +8,9 @@
  * MultiplyByQuantizedMultiplier with DOUBLE rounding (TFLM's default), int32 accumulators,
  * activations NCHW (the ONNX layout), weights int8 in ONNX layout.
  *
- * Every kernel is `static inline void gx_<op>(const gx_<op>_t *p, inputs..., outputs...)`; the
- * params structs are plain data that the generator writes as `static const` objects. No kernel
- * works in place (inputs and outputs never overlap).
+ * Every kernel is `GX_INLINE void gx_<op>(const gx_<op>_t *p, inputs..., outputs...)` (static inline,
+ * always_inline under GCC); the params structs are plain data that the generator writes as `static
+ * const` objects. No kernel works in place (inputs and outputs never overlap).
  */
 #ifndef GX_KERNELS_H
 #define GX_KERNELS_H
@@ -31,14 +31,14 @@
 
 /* ------------------------------------------------------------------ fixed point (TFLite rules) */
 
-/* SaturatingRoundingDoublingHighMul. */
+/* SaturatingRoundingDoublingHighMul: TFLite's (ab + nudge) / 2^31 with nudge = 2^30 for ab >= 0 and
+ * 1 - 2^30 below, truncating toward zero. For ab < 0 that truncation is a ceiling, and
+ * ceil((ab + 1 - 2^30) / 2^31) = floor((ab + 2^30) / 2^31), so both signs are one arithmetic shift
+ * (>> on a negative int64 is arithmetic in gcc and clang, like the int32 ones below). */
 GX_INLINE int32_t gx_srdhm(int32_t a, int32_t b)
 {
-    int64_t ab, nudge;
     if (a == b && a == INT32_MIN) return INT32_MAX;
-    ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+    return (int32_t)(((int64_t)a * (int64_t)b + ((int64_t)1 << 30)) >> 31);
 }
 
 /* RoundingDivideByPOT: x / 2^e rounding half away from zero. */
