@@ -182,7 +182,7 @@ def test_checkpoint_checksum_and_weights(ckpt, tmp_path):
 @pytest.mark.parametrize("change,needle", [
     (lambda s: s.update(config=[1, 2]), "entry 'config' must be a mapping"),
     (lambda s: s["config"].update(task=[1]), "config section 'task' must be a mapping"),
-    (lambda s: s.update(arch="micro-gpt"), "architecture micro-gpt does not fit task cartpole"),
+    (lambda s: s.update(arch="micro-gpt"), "cannot rebuild architecture 'micro-gpt'"),
     (lambda s: s.update(model=[1]), "entry 'model' must be a mapping"),
     (lambda s: s.update(model_config=[4, 2]), "entry 'model_config' must be a mapping"),
     (lambda s: s.update(task=3), "entry 'task' must be a task name"),
@@ -191,6 +191,12 @@ def test_tampered_entries_are_refused_before_a_model_is_built(ckpt, tmp_path, ch
     with pytest.raises(CheckpointError) as e:
         load_policy(_tampered(ckpt, tmp_path / "t.pt", change))
     assert needle in _one_line(e)
+
+
+def test_architecture_checked_against_the_task():
+    from grpo_edge.tasks import task_from_state
+    with pytest.raises(CheckpointError, match="architecture micro-gpt does not fit task cartpole"):
+        task_from_state({"arch": "micro-gpt", "task": "cartpole", "config": {}})
 
 
 def test_policy_sizes_checked_against_the_task(ckpt):
