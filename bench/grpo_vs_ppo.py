@@ -34,7 +34,7 @@ THROUGHPUT = {
 
 
 def _trainer(config, overrides):
-    from grpo_edge.trainer import GRPOTrainer
+    from grpo_edge.training_run import GRPOTrainer
     return GRPOTrainer(config=config, progress=False, overrides=overrides + ["training.threads=1"])
 
 

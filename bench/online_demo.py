@@ -4,7 +4,7 @@
     .venv/bin/python bench/online_demo.py --quick --out /tmp/od # ~1 min; what ci/py36.sh runs on Python 3.6
 
 1. Pretrain a CartPole policy with the core Trainer (or take --policy CKPT).
-2. Serve it with `python -m grpo_edge.online` (a subprocess) on grpo_edge.online_envs:CartPole; after
+2. Serve it with `python -m grpo_edge.online` (a subprocess) on grpo_edge.online.envs:CartPole; after
    --change-at updates the pole's half-length goes from 0.5 m to --length (env_schedule).
 3. While it runs: load served.pt whenever it changes (it must always load), keep every served version,
    kill -9 the trainer at --kills points and restart it with the same command.
@@ -30,10 +30,10 @@ sys.path.insert(0, ROOT)
 from grpo_edge.core.checkpoint import CheckpointError, load_policy, save_checkpoint  # noqa: E402
 from grpo_edge.core.models import build_model  # noqa: E402
 from grpo_edge.core.trainer import Trainer  # noqa: E402
-from grpo_edge.online_envs import CartPole  # noqa: E402
-from grpo_edge.online_sources import EnvTask, make_env_factory  # noqa: E402
+from grpo_edge.online.envs import CartPole  # noqa: E402
+from grpo_edge.online.sources import EnvTask, make_env_factory  # noqa: E402
 
-ENV = "grpo_edge.online_envs:CartPole"
+ENV = "grpo_edge.online.envs:CartPole"
 
 
 def pretrain(path, seed):

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from grpo_edge.core.checkpoint import save_checkpoint  # noqa: E402
 from grpo_edge.tasks import get_task  # noqa: E402
-from grpo_edge.trainer import GRPOTrainer  # noqa: E402
+from grpo_edge.training_run import GRPOTrainer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "small_data.json"
 DOC = ROOT / "docs" / "results.md"

@@ -44,7 +44,7 @@ def our_config(s):
 def make_init(s, path):
     """The shared initial weights: random, or after our supervised warm start (1 epoch)."""
     import torch
-    from grpo_edge.trainer import GRPOTrainer
+    from grpo_edge.training_run import GRPOTrainer
     tr = GRPOTrainer(config=our_config(s), progress=False)
     if s["init_kind"] == "warm":
         tr.warm_start()
@@ -53,7 +53,7 @@ def make_init(s, path):
 
 def ours_worker(s):
     import torch
-    from grpo_edge.trainer import GRPOTrainer
+    from grpo_edge.training_run import GRPOTrainer
     tr = GRPOTrainer(config=our_config(s), progress=False)
     tr.policy.load_state_dict(torch.load(s["init"]))
     tr.warm_started = True

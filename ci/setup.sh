@@ -20,6 +20,9 @@ if [ "${GRPO_EDGE_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null 2>&1 &
   command -v riscv64-unknown-elf-gcc >/dev/null 2>&1 || need="$need gcc-riscv64-unknown-elf"
   command -v valgrind >/dev/null 2>&1 || need="$need valgrind"
   command -v gcc >/dev/null 2>&1 || need="$need gcc"
+  # sanitizer runtimes for the ASan/UBSan builds of the generated C (device-side bounds checks)
+  dpkg -s libasan8 >/dev/null 2>&1 || need="$need libasan8"
+  dpkg -s libubsan1 >/dev/null 2>&1 || need="$need libubsan1"
   if [ -n "$need" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need) >/dev/null \
       || echo "warning: apt-get could not install:$need (tests needing them will skip)" >&2

@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Lazy public API, so `import grpo_edge` stays light (no torch, no gymnasium until needed).
     if name == "GRPOTrainer":
-        from grpo_edge.trainer import GRPOTrainer
+        from grpo_edge.training_run import GRPOTrainer
         return GRPOTrainer
     if name == "BilingualPairLoader":
         from grpo_edge.data.bilingual import BilingualPairLoader

@@ -19,3 +19,7 @@ class ExportError(GrpoEdgeError):
 
 class TargetError(GrpoEdgeError):
     """Unknown target, or a model that does not fit / cannot run on the target."""
+
+
+class NonFiniteError(GrpoEdgeError):
+    """A reward, loss, gradient or weight became NaN / inf during training (nothing non-finite is saved)."""

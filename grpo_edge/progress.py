@@ -1,5 +1,14 @@
-"""A rich progress bar for training: step, reward, KL, loss, steps/s and the last evaluation."""
+"""A rich progress bar for training: step, reward, KL, loss, steps/s and the last evaluation.
+
+When stderr is not a terminal (a log file, a pipe, CI) there is no bar: each update is one whole
+plain line, never wrapped or cut, flushed at once.
+"""
 import sys
+
+
+def _line(text):
+    sys.stderr.write(str(text) + "\n")
+    sys.stderr.flush()
 
 
 class TrainProgress:
@@ -12,9 +21,9 @@ class TrainProgress:
         self._console = None
 
     def __enter__(self):
-        from rich.console import Console
-        self._console = Console(stderr=True)
         if self.enabled:
+            from rich.console import Console
+            self._console = Console(stderr=True)
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TimeElapsedColumn(), TextColumn("{task.fields[stats]}"),
@@ -22,7 +31,7 @@ class TrainProgress:
             self._progress.__enter__()
             self._task = self._progress.add_task(self.title, total=self.total, stats="")
         else:
-            self._console.print(self.title)
+            _line(self.title)
         return self
 
     def __exit__(self, *exc):
@@ -31,7 +40,10 @@ class TrainProgress:
         return False
 
     def note(self, text):
-        (self._progress.console if self._progress else self._console).print(text)
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False)
+        else:
+            _line(text)
 
     def update(self, step, m, last_eval):
         stats = "reward %.3f | loss %.4f | kl %.4f | %.1f steps/s" % (
@@ -41,4 +53,4 @@ class TrainProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, stats=stats)
         elif step == self.total or step % max(1, self.total // 20) == 0 or "eval_" in "".join(m):
-            self._console.print("step %d/%d  %s" % (step, self.total, stats))
+            _line("step %d/%d  %s" % (step, self.total, stats))

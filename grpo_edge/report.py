@@ -96,6 +96,13 @@ def _cell(v) -> str:
     return ("%.4g" % v) if isinstance(v, float) else str(v)
 
 
+def readable_mode(executable=False) -> int:
+    """0644 (0755 for scripts) less the process umask: the mode open() would give a new file."""
+    m = os.umask(0)
+    os.umask(m)
+    return (0o755 if executable else 0o644) & ~m
+
+
 def atomic_write_text(path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
@@ -106,12 +113,15 @@ def atomic_write_bytes(path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".", suffix=".tmp")
     try:
+        os.fchmod(fd, readable_mode())             # mkstemp makes 0600 files; others must read ours
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, str(path))
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:     # a failed write() names no file: name ours
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise

@@ -75,20 +75,3 @@ def make_digits_checkpoint(path, seed=0, epochs=4):
                            "task_meta": task.checkpoint_meta(), "config": {"task": {"name": "digits"}},
                            "model": model.state_dict(), "step": epochs})
     return path
-
-
-def cached_checkpoint(kind):
-    """A checkpoint made once per fixture-code version and reused across test modules and runs."""
-    import hashlib
-    import os
-    import tempfile
-    from pathlib import Path
-    code = Path(__file__).read_bytes() + torch.__version__.encode()
-    folder = Path(tempfile.gettempdir()) / ("grpo-edge-fixtures-" + hashlib.sha1(code).hexdigest()[:10])
-    path = folder / ("%s.pt" % kind)
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / ("%s.%d.pt" % (kind, os.getpid()))
-        {"cartpole": make_cartpole_checkpoint, "digits": make_digits_checkpoint}[kind](tmp)
-        os.replace(str(tmp), str(path))
-    return path

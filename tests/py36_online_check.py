@@ -23,7 +23,7 @@ def main():
     import grpo_edge.core.trainer  # noqa: F401
     import grpo_edge.online  # noqa: F401
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.online_envs import CartPole
+    from grpo_edge.online.envs import CartPole
     for mod in ("typer", "rich", "gymnasium"):
         assert mod not in sys.modules, "%s was imported" % mod
     print("py36: imports ok (python %s, torch %s)" % (sys.version.split()[0], torch.__version__))

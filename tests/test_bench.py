@@ -1,7 +1,7 @@
 """`grpo-edge bench` table: every format, every figure labelled, Markdown + JSON + PNG."""
 import json
 
-from edge_fixtures import cached_checkpoint
+from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.bench.table import FORMATS, run_bench
 
 

@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 
 from grpo_edge.core.distributed import shard_seed
 from grpo_edge.tasks import get_task
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARTPOLE = {"task": {"name": "cartpole", "eval_episodes": 4},
@@ -60,6 +60,7 @@ def _single_process_twin(config, shards):
     return torch.cat([p.detach().flatten() for p in tr.policy.parameters()]), m
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [CARTPOLE, ARITHMETIC], ids=["cartpole", "arithmetic"])
 def test_two_gloo_ranks_equal_single_process(tmp_path, config):
     mp.spawn(_worker, args=(2, _free_port(), config, str(tmp_path)), nprocs=2, join=True)
@@ -92,6 +93,7 @@ def test_sharding_checks():
         GRPOTrainer(config=CARTPOLE, progress=False).add_rollout_shards([None, None])      # 4 groups, 3 shards
 
 
+@pytest.mark.slow
 def test_torchrun_cli_rank0_writes(tmp_path):
     """`torchrun --nproc_per_node 2 -m grpo_edge.cli.main train`: one metrics line per step, one checkpoint."""
     run = tmp_path / "run"

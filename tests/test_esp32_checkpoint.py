@@ -3,7 +3,7 @@ calibration, the measured int8-or-16x8 choice, generated C checked on the host, 
 import json
 
 import pytest
-from edge_fixtures import cached_checkpoint
+from session_cache import checkpoint as cached_checkpoint
 from typer.testing import CliRunner
 
 from grpo_edge.cli.main import app

@@ -4,15 +4,19 @@ import os
 
 import pytest
 
+from conftest import need, need_tool
+
+import session_cache
+
 from grpo_edge.errors import ExportError, GrpoEdgeError, TargetError
 from grpo_edge.targets import esp32
-from grpo_edge.targets.esp32 import rv32, samples, simulate, tflm
+from grpo_edge.targets.esp32 import codegen, rv32, simulate, tflm
 
 SMALL = {"n_check": 200, "tflm": False, "callgrind": False}
 
 
 def test_deploy_resnet_writes_firmware_and_labelled_report(tmp_path):
-    resnet = samples.cached("resnet")
+    resnet = session_cache.sample("resnet")
     rep = esp32.deploy(resnet, "esp32", tmp_path, dict(SMALL, prefix="digits", fp32_onnx=resnet.parent / "resnet.onnx"))
     f = rep.figures
     assert f["decision_agreement_fp32"].value >= 0.9
@@ -35,11 +39,8 @@ def test_deploy_resnet_writes_firmware_and_labelled_report(tmp_path):
 
 
 def test_deploy_mlp_with_tflm_baseline(tmp_path):
-    if not tflm.available():
-        if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
-            pytest.fail("tflite-micro missing")
-        pytest.skip("pip install tflite-micro")
-    rep = esp32.deploy(samples.cached("mlp_relu"), {"name": "custom", "clock_hz": 160e6, "sram_bytes": 400 << 10,
+    need(tflm.available(), "tflite-micro not importable (pip install tflite-micro)")
+    rep = esp32.deploy(session_cache.sample("mlp_relu"), {"name": "custom", "clock_hz": 160e6, "sram_bytes": 400 << 10,
                                                      "flash_bytes": 4 << 20, "active_power_w": 0.07},
                        tmp_path, {"n_check": 100, "callgrind": False})
     t = rep.sections["tflm_baseline"]
@@ -50,27 +51,26 @@ def test_deploy_mlp_with_tflm_baseline(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("GRPO_EDGE_SLOW") != "1", reason="callgrind of TFLM takes ~30 s: GRPO_EDGE_SLOW=1")
 def test_callgrind_ours_vs_tflm(tmp_path):
-    rep = esp32.deploy(samples.cached("resnet"), "esp32c3", tmp_path, {"n_check": 100, "n_callgrind": 5})
+    rep = esp32.deploy(session_cache.sample("resnet"), "esp32c3", tmp_path, {"n_check": 100, "n_callgrind": 5})
     ipi = rep.sections["tflm_baseline"]["instructions_per_inference"]
     assert ipi["ratio"] <= 0.5, ipi
 
 
 def test_host_callgrind_counts_our_invoke(tmp_path):
-    import shutil
     import numpy as np
-    if shutil.which("valgrind") is None:
-        if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
-            pytest.fail("valgrind missing")
-        pytest.skip("valgrind missing (apt-get install valgrind)")
+    need_tool("valgrind")
     from grpo_edge.targets.esp32 import codegen, parse
-    g = parse.parse(samples.cached("mlp"))
+    g = parse.parse(session_cache.sample("mlp"))
     n = simulate.host_callgrind(codegen.generate(g, "cg"), np.zeros((3, 4), np.int8), 3)
     assert 4480 < n < 100000                     # 4,480 MACs
 
 
 def test_onnx2c_is_pure(tmp_path):
-    r = esp32.onnx2c(samples.cached("mlp"), tmp_path, "policy")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy_model.c", "policy_model.h"]
+    r = esp32.onnx2c(session_cache.sample("mlp"), tmp_path, "policy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["policy_model.c", "policy_model.h"]
+                                                                 + codegen.KERNEL_HEADERS)
+    for name in codegen.KERNEL_HEADERS:                    # the kernels ship unchanged
+        assert (tmp_path / name).read_bytes() == (codegen.CSRC / name).read_bytes()
     assert r["ops"] == ["fc", "lut", "fc", "lut", "fc"] and r["prefix"] == "policy"
     h = (tmp_path / "policy_model.h").read_text()
     assert "int policy_invoke(const int8_t *in, int8_t *out);" in h and "POLICY_INPUT_SCALE" in h
@@ -79,7 +79,7 @@ def test_onnx2c_is_pure(tmp_path):
 def test_unsupported_op_fails_before_generating(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(ExportError) as e:
-        esp32.deploy(samples.cached("unsupported"), "esp32c3", out, SMALL)
+        esp32.deploy(session_cache.sample("unsupported"), "esp32c3", out, SMALL)
     assert "unsupported op Mul" in str(e.value) and "/Mul" in str(e.value) and "\n" not in str(e.value)
     assert not out.exists()
 
@@ -90,14 +90,14 @@ def test_too_big_for_the_chip_fails_before_generating(tmp_path, kind):
     prof["sram_bytes" if kind == "ram" else "flash_bytes"] = (161 << 10) if kind == "ram" else (260 << 10)
     out = tmp_path / "out"
     with pytest.raises(TargetError) as e:
-        esp32.deploy(samples.cached("resnet"), prof, out, SMALL)
+        esp32.deploy(session_cache.sample("resnet"), prof, out, SMALL)
     msg = str(e.value)
     assert ("RAM" in msg if kind == "ram" else "flash" in msg) and "smaller model" in msg and "esp32s3" in msg
     assert any(ch.isdigit() for ch in msg) and not out.exists()
 
 
 def test_bad_inputs(tmp_path):
-    resnet = samples.cached("resnet")
+    resnet = session_cache.sample("resnet")
     with pytest.raises(TargetError, match="not found"):
         esp32.deploy(tmp_path / "missing.onnx", "esp32c3", tmp_path / "o", SMALL)
     (tmp_path / "m.pt").write_bytes(b"x")
@@ -111,7 +111,7 @@ def test_bad_inputs(tmp_path):
         esp32.deploy(fp32, "esp32c3", tmp_path / "o", SMALL)
     with pytest.raises(ExportError, match="C identifier"):
         esp32.deploy(resnet, "esp32c3", tmp_path / "o", dict(SMALL, prefix="9-bad"))
-    with pytest.raises(TargetError, match="unknown esp32 deploy option"):
+    with pytest.raises(TargetError, match="unknown option colour for target esp32c3"):
         esp32.deploy(resnet, "esp32c3", tmp_path / "o", {"colour": "red"})
     with pytest.raises(GrpoEdgeError):
         esp32.deploy(resnet, "no-such-chip", tmp_path / "o", SMALL)

@@ -7,15 +7,12 @@ import time
 
 import pytest
 
+from conftest import need_module
+
 from grpo_edge.errors import TargetError
 from grpo_edge.targets.esp32 import flash as F
 
-try:
-    import serial  # noqa: F401
-except ImportError:
-    if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
-        raise
-    pytest.skip("pip install pyserial", allow_module_level=True)
+need_module("serial", "pyserial")
 
 LINES = [b"ESP-ROM:esp32c3-api1-20210207\r\n", b"I (312) main_task: Calling app_main()\r\n",
          b"GRPO_EDGE model=cartpole vectors=8 checksum=0x1a2b3c4d expected=0x1a2b3c4d status=OK\r\n",
@@ -102,12 +99,7 @@ def test_flash_without_build_says_what_to_do(tmp_path):
 
 
 def test_flash_with_real_esptool_and_missing_port(tmp_path):
-    try:
-        import esptool  # noqa: F401
-    except ImportError:
-        if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
-            raise
-        pytest.skip("pip install esptool")
+    need_module("esptool")
     _fake_build(tmp_path)
     with pytest.raises(TargetError, match="esptool failed"):
         F.flash(tmp_path, "/dev/does-not-exist-grpo", watch=False)

@@ -8,20 +8,17 @@ import subprocess
 import numpy as np
 import pytest
 
+from conftest import need
+
+import session_cache
+
 from grpo_edge.targets.esp32 import codegen, firmware, parse, rv32, samples, simulate, tflm
 from grpo_edge.targets.esp32 import reference as R
 
 
-def need(ok, reason):
-    if not ok:
-        if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
-            pytest.fail("required tool missing: " + reason)
-        pytest.skip(reason)
-
-
 @pytest.fixture(scope="module", params=["mlp", "resnet"])
 def model(request):
-    path = samples.cached(request.param)
+    path = session_cache.sample(request.param)
     g = parse.parse(path)
     return request.param, path, g, codegen.generate(g, request.param)
 
@@ -94,7 +91,7 @@ def test_tflm_baseline_same_parameters(model):
 
 def test_relu_mlp_tflm_bit_exact():
     need(tflm.available(), "pip install tflite-micro")
-    g = parse.parse(samples.cached("mlp_relu"))
+    g = parse.parse(session_cache.sample("mlp_relu"))
     buf, _ = tflm.to_tflite(g)
     x = _inputs(g, 100, seed=2)
     import tempfile
@@ -136,7 +133,7 @@ def test_firmware_portable_c_cross_compiles_rv32(model, tmp_path):
 
 
 def test_softmax_policy_within_one_lsb_and_tflm():
-    path = samples.cached("softmax")
+    path = session_cache.sample("softmax")
     g = parse.parse(path)
     assert [op.kind for op in g.ops][-1] == "softmax"
     res = simulate.ort_check(g, path, samples.calibration((1, 4), 200, seed=4) * 2)
@@ -167,13 +164,10 @@ def test_softmax_policy_within_one_lsb_and_tflm():
      (1, 8, 8))])
 def test_project_models_through_the_export_pipeline(tmp_path, arch, kwargs, shape):
     """build_model -> torch2onnx -> onnx2int8 (the project's own export) -> C == reference, ORT within 1 LSB."""
-    torch = pytest.importorskip("torch")
-    try:
-        from grpo_edge.core.models import build_model
-        from grpo_edge.export.onnx2int8 import onnx2int8
-        from grpo_edge.export.torch2onnx import torch2onnx
-    except ImportError as e:
-        pytest.skip("export pipeline not available: %s" % e)
+    import torch
+    from grpo_edge.core.models import build_model
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.export.torch2onnx import torch2onnx
     torch.manual_seed(0)
     info = torch2onnx(build_model(arch, **kwargs).eval(), tmp_path / "m.onnx")
     fp32 = list(info["files"].values())[0]["path"]

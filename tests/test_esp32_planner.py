@@ -3,7 +3,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_edge.targets.esp32 import parse, planner, samples
+import session_cache
+from grpo_edge.targets.esp32 import parse, planner
 
 
 @st.composite
@@ -36,7 +37,7 @@ def test_check_reports_an_overlap():
 
 def test_model_plans_reuse_and_respect_lifetimes():
     for name in ("mlp", "resnet"):
-        g = parse.parse(samples.cached(name))
+        g = parse.parse(session_cache.sample(name))
         plan = planner.plan(g)
         bufs = list(plan.buffers.values())
         assert planner.check(bufs) == []
@@ -52,7 +53,7 @@ def test_model_plans_reuse_and_respect_lifetimes():
 
 
 def test_reshape_aliases_share_storage():
-    g = parse.parse(samples.cached("resnet"))
+    g = parse.parse(session_cache.sample("resnet"))
     plan = planner.plan(g)
     flat = [op for op in g.ops if op.kind == "reshape"][0]
     assert plan.root[flat.output] == plan.root[flat.inputs[0]]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from text_fixtures import cached_text_checkpoint
+from session_cache import text_checkpoint as cached_text_checkpoint
 from typer.testing import CliRunner
 
 from grpo_edge.cli.main import app

@@ -7,29 +7,21 @@ import os
 import numpy as np
 import pytest
 
+from conftest import need
+
 from grpo_edge.errors import TargetError
 from grpo_edge.targets.esp32 import parse, tflm
 from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.ir import Op, TensorInfo
 
 
-def need(ok, reason):
-    if not ok:
-        if os.environ.get("GRPO_EDGE_REQUIRE_TOOLS") == "1":
-            pytest.fail("required tool missing: " + reason)
-        pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def mlp16(tmp_path_factory):
     """4 -> 32 -> 32 -> 3 tanh MLP, 16x8 QDQ, parsed."""
-    torch = pytest.importorskip("torch")
-    try:
-        from grpo_edge.core.models import build_model
-        from grpo_edge.export.onnx2int8 import onnx2int8
-        from grpo_edge.export.torch2onnx import torch2onnx
-    except ImportError as e:
-        pytest.skip("export pipeline not available: %s" % e)
+    import torch
+    from grpo_edge.core.models import build_model
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.export.torch2onnx import torch2onnx
     d = tmp_path_factory.mktemp("mlp16")
     torch.manual_seed(0)
     model = build_model("mlp", obs_dim=4, n_actions=3, hidden=32).eval()

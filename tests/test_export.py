@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from edge_fixtures import cached_checkpoint
+from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.core.checkpoint import load_policy
 from grpo_edge.core.models import build_model
 from grpo_edge.errors import CheckpointError, ExportError
 from grpo_edge.export.calibration import (builtin_calibration, calibration_meta, checkpoint2calibration,
-                                          load_calibration, task_from_state)
+                                          load_calibration)
 from grpo_edge.export.onnx2int8 import onnx2int8
 from grpo_edge.export.onnx_utils import count_macs, io_specs, load_onnx
+from grpo_edge.tasks import task_from_state
 from grpo_edge.export.torch2onnx import torch2onnx
 
 ARCHS = {
@@ -66,7 +67,7 @@ def test_export_rejects_a_plain_module(tmp_path):
 
 
 def test_int8_keeps_the_task_metric(cartpole_onnx, tmp_path):
-    from grpo_edge.bench.runtime import onnx_policy, task_metric
+    from grpo_edge.export.evaluate import onnx_policy, task_metric
     path, model, state = cartpole_onnx
     task = task_from_state(state)
     calib = task.calibration_inputs(512, policy=model)

@@ -10,6 +10,9 @@ import sys
 import numpy as np
 import onnx
 import pytest
+
+import session_cache
+from conftest import need_tool
 import torch
 from onnx import numpy_helper
 
@@ -80,16 +83,14 @@ def test_deploy_onnx_fp16_nano(tiny_onnx, tmp_path):
 
 def test_device_scripts_run_without_tensorrt(tmp_path):
     """build_engine.py / run_engine.py: Python 3.6 syntax, importable and --help without tensorrt."""
-    src = os.path.join(HERE, os.pardir, "grpo_edge", "targets", "jetson")
+    src = os.path.join(HERE, os.pardir, "grpo_edge", "runtime")
     for name in ("build_engine.py", "run_engine.py"):
         path = os.path.join(src, name)
         py_compile.compile(path, cfile=str(tmp_path / (name + "c")), doraise=True)
         r = subprocess.run([sys.executable, path, "--help"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "--precision" in r.stdout
         assert "import grpo_edge" not in open(path).read()
-    vermin = shutil.which("vermin") or os.path.join(os.path.dirname(sys.executable), "vermin")
-    if not os.path.exists(vermin):
-        pytest.skip("vermin not installed: cannot check the Python 3.6 target of the device scripts")
+    vermin = need_tool("vermin", "pip install vermin")
     r = subprocess.run([vermin, "-t=3.6-", "--no-tips", "--violations", os.path.join(src, "build_engine.py"),
                         os.path.join(src, "run_engine.py")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -163,22 +164,9 @@ def test_build_and_measure_on_gpu(tiny_onnx, tmp_path):
 
 # --- trained checkpoints: the simulated engines keep >= 99% of the fp32 task metric ---------------------
 
-def _fixtures():
-    sys.path.insert(0, HERE)
-    try:
-        import edge_fixtures
-        import gymnasium  # noqa: F401
-        import sklearn  # noqa: F401
-    except ImportError as e:
-        pytest.skip("trained-checkpoint fixtures need %s" % e.name)
-    return edge_fixtures
-
-
 @pytest.mark.parametrize("task, target", [("cartpole", "jetson-nano"), ("digits", "jetson-orin-nano")])
 def test_checkpoint_int8_keeps_task_metric(task, target, tmp_path):
-    fx = _fixtures()
-    ckpt = str(tmp_path / ("%s.pt" % task))
-    (fx.make_cartpole_checkpoint if task == "cartpole" else fx.make_digits_checkpoint)(ckpt)
+    ckpt = str(session_cache.checkpoint(task))
     rep = deploy(ckpt, target, str(tmp_path / "out"), {"precision": "int8"})
     rows = rep.sections["task metric (host simulation)"]
     assert [r["engine"] for r in rows] == ["fp32", "int8-cache", "int8-qdq"]

@@ -6,8 +6,7 @@ import time
 
 import pytest
 
-from grpo_edge.errors import TargetError
-from grpo_edge.targets.jetson.tegrastats import TegrastatsSampler, available, parse_line, summarize
+from grpo_edge.runtime.tegrastats import TegrastatsSampler, available, parse_line, summarize
 
 # Composed from the documented formats (field order and spellings as tegrastats prints them).
 NANO_MAXN = ("RAM 2394/3956MB (lfb 71x4MB) SWAP 0/1978MB (cached 0MB) IRAM 0/252kB(lfb 252kB) "
@@ -68,7 +67,7 @@ def test_orin_jetpack5_line():
 
 
 def test_not_a_tegrastats_line():
-    with pytest.raises(TargetError, match="not a tegrastats line"):
+    with pytest.raises(ValueError, match="not a tegrastats line"):
         parse_line("Segmentation fault (core dumped)")
 
 
@@ -80,7 +79,7 @@ def test_summarize_uses_instant_values():
 
 
 def test_sampler_missing_tool():
-    with pytest.raises(TargetError, match="not found"):
+    with pytest.raises(RuntimeError, match="not found"):
         TegrastatsSampler(100, command="tegrastats-that-does-not-exist").start()
 
 

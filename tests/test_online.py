@@ -1,9 +1,9 @@
-"""Online training (grpo_edge/online.py): gating, the stdin record stream, kill -9 and resume, memory, Python 3.6.
+"""Online training (grpo_edge/online/runner.py): gating, the stdin record stream, kill -9 and resume, memory, Python 3.6.
 
     .venv/bin/python -m pytest -q tests/test_online.py
 
 Real processes and files: the trainer runs as `python -m grpo_edge.online` subprocesses on the NumPy
-CartPole (grpo_edge.online_envs). Policies are hand-made one-layer MLPs: logits = [0, k * c . obs] with
+CartPole (grpo_edge.online.envs). Policies are hand-made one-layer MLPs: logits = [0, k * c . obs] with
 c = (0.1, 0.5, 1, 0.5) balances the pole for 500 steps; -c drops it within about 10 steps.
 """
 import json
@@ -21,14 +21,14 @@ import torch
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
 from grpo_edge.core.models import build_model
 from grpo_edge.errors import ConfigError
-from grpo_edge.online import OnlineRunner
-from grpo_edge.online_config import load_online_config
-from grpo_edge.online_envs import CartPole
-from grpo_edge.online_sources import StreamTask
+from grpo_edge.online.runner import OnlineRunner
+from grpo_edge.online.config import load_online_config
+from grpo_edge.online.envs import CartPole
+from grpo_edge.online.sources import StreamTask
 
 from conftest import ROOT, require_tools
 
-ENV = "grpo_edge.online_envs:CartPole"
+ENV = "grpo_edge.online.envs:CartPole"
 GOOD = [0.1, 0.5, 1.0, 0.5]
 
 
@@ -109,6 +109,7 @@ def _records(policy_path, episodes, seed=0, with_logp=False):
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_stdin_stream_trains_gates_and_rejects_bad_records(tmp_path):
     pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)   # a mediocre, stochastic start
     text = _records(pol, 96, with_logp=True)
@@ -143,6 +144,7 @@ def test_stream_buffers_are_bounded(tmp_path):
     assert abs(est["return"] - mean) < 1e-3 and abs(est["ess"] - 6) < 1e-3
 
 
+@pytest.mark.slow
 def test_kill9_then_restart_resumes_exactly(tmp_path):
     pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)
     args = ["--env", ENV, "--policy", pol, "--max-updates", 24, "--set", "online.checkpoint_every=4",
@@ -187,6 +189,7 @@ def test_memory_budget_and_config_errors_are_one_line(tmp_path):
             load_online_config(None, sets)
 
 
+@pytest.mark.slow
 def test_python36_torch110_runs_the_online_demo():
     pyenv = shutil.which("pyenv")
     root = subprocess.run([pyenv, "root"], stdout=subprocess.PIPE, universal_newlines=True).stdout.strip() if pyenv else ""

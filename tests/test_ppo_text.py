@@ -1,7 +1,7 @@
 """PPO mode on a text task: the critic is a second micro-gpt with a value head (TextTask.values)."""
 import torch
 
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 
 def test_ppo_step_on_arithmetic():

@@ -139,3 +139,23 @@ def test_bad_activations_option_names_it(tmp_path):
     from grpo_edge.targets.esp32_pipeline import prepare_int8
     with pytest.raises(TargetError, match="activations must be one of auto\\|int8\\|int16, got 'int4'"):
         prepare_int8(tmp_path / "x.pt", tmp_path, {"activations": "int4"}, from_checkpoint=True)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("flags", [["--activations", "int16"], ["--weight-rounding", "gptq"],
+                                   ["--activations", "int16", "--weight-rounding", "gptq"]])
+def test_cli_quantizes_a_fixed_batch_export(tmp_path, flags, batch):
+    """torch.onnx.export writes a fixed batch by default; int16 and GPTQ feed it that many samples a run."""
+    import subprocess
+    import sys
+    from grpo_edge.core.models.mlp import MLPPolicy
+    torch.manual_seed(0)
+    model = MLPPolicy(4, 2, hidden=16, num_layers=3, activation="tanh").eval()
+    torch.onnx.export(model, (torch.randn(batch, 4),), str(tmp_path / "m.onnx"), dynamo=False, opset_version=17,
+                      input_names=["obs"], output_names=["logits"])
+    np.save(str(tmp_path / "c.npy"), np.random.RandomState(0).randn(257, 4).astype(np.float32))
+    r = subprocess.run([sys.executable, "-m", "grpo_edge.cli.main", "quantize", str(tmp_path / "m.onnx"),
+                        "--calibration", str(tmp_path / "c.npy"), "-o", str(tmp_path / "q.onnx")] + flags,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and (tmp_path / "q.onnx").is_file()

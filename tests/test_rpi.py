@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_fixtures import cached_checkpoint
+from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.errors import ExportError, TargetError
 from grpo_edge.targets.rpi import deploy
 
@@ -68,13 +68,29 @@ def test_runner_runs_without_torch(deployed):
     probe = _run(out, ["-c", "import sys; sys.modules['torch'] = None\ntry:\n import torch\nexcept ImportError:\n"
                              " print('blocked')"])
     assert probe.stdout.strip() == "blocked"
-    r = _run(out, ["-c", NO_TORCH, "--input", "sample_inputs.npy", "--json"])
+    # the fp32 model, named: the default is chosen by measured latency and may be int8 on a loaded machine
+    r = _run(out, ["-c", NO_TORCH, "--model", "model.onnx", "--input", "sample_inputs.npy", "--json"])
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     expected = np.load(str(out / "expected_outputs.npy"))
     got = np.asarray(res["outputs"])
     assert got.shape == expected.shape and np.max(np.abs(got - expected)) < 1e-4
     assert res["actions"] == expected.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("chosen", ["model.onnx", "model.int8.onnx"])
+def test_runner_default_is_the_chosen_model(deployed, tmp_path, chosen):
+    import shutil
+    out, _ = deployed
+    d = tmp_path / "copy"
+    shutil.copytree(str(out), str(d))
+    cfg = json.loads((d / "deploy.json").read_text())
+    cfg["chosen"] = chosen
+    (d / "deploy.json").write_text(json.dumps(cfg))
+    default = _run(d, ["-c", NO_TORCH, "--input", "sample_inputs.npy", "--json"])
+    named = _run(d, ["-c", NO_TORCH, "--model", chosen, "--input", "sample_inputs.npy", "--json"])
+    assert default.returncode == 0 and named.returncode == 0, default.stderr + named.stderr
+    assert json.loads(default.stdout)["outputs"] == json.loads(named.stdout)["outputs"]
 
 
 def test_runner_stdin_and_bench_without_torch(deployed):
@@ -136,5 +152,5 @@ def test_bad_inputs(deployed, tmp_path):
     bad.write_bytes(b"\x08\x07garbage" * 20)
     with pytest.raises(ExportError, match="bad.onnx"):
         deploy(bad, "rpi4", tmp_path / "x", dict(FAST, task="cartpole"))
-    with pytest.raises(TargetError, match="unknown rpi deploy options"):
+    with pytest.raises(TargetError, match="unknown option runz for target rpi4"):
         deploy(out / "model.onnx", "rpi4", tmp_path / "x", {"runz": 3})

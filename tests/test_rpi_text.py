@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from text_fixtures import cached_text_checkpoint
+from session_cache import text_checkpoint as cached_text_checkpoint
 from grpo_edge.errors import ExportError, TargetError
 from grpo_edge.targets.rpi import deploy
 
@@ -83,7 +83,7 @@ def test_calibration_from_decoding_quantizes_and_runs(tmp_path):
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.torch2onnx import torch2onnx
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.targets.rpi_textgen import TextGenerator, ort_functions
+    from grpo_edge.runtime.textgen import TextGenerator, ort_functions
     ckpt = cached_text_checkpoint("arithmetic")
     info = checkpoint2calibration(ckpt, tmp_path / "calib.npz", n=120)
     loaded = np.load(str(tmp_path / "calib.npz"))

@@ -16,7 +16,7 @@ from grpo_edge.data.curriculum import Curriculum
 from grpo_edge.data.distill import distill, filter_candidates
 from grpo_edge.errors import CheckpointError, ConfigError, GrpoEdgeError
 from grpo_edge.tasks import get_task
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 TINY_GPT = {"arch": "micro-gpt", "d_model": 16, "n_layer": 2, "n_head": 2, "max_len": 16}
 ARITH = {"task": {"name": "arithmetic", "max_operand": 9, "eval_size": 20}, "model": TINY_GPT,
@@ -303,7 +303,7 @@ def _cli(capsys, monkeypatch, *args):
 @pytest.mark.parametrize("args,needle", [
     (["train", "--curriculum", "loss"], "error: curriculum.metric must be one of perplexity, length, pass_rate"),
     (["train", "-c", "arithmetic.yaml", "--set", "task.max_operand=9", "--teacher", "/no/t.pt"], "error: teacher checkpoint /no/t.pt does not exist"),
-    (["train", "--latent-noise", "-1"], "error: augment.latent_noise must be in [0, inf], got -1.0"),
+    (["train", "--latent-noise", "-1"], "error: augment.latent_noise must be >= 0, got -1.0"),
     (["train", "--mono-path", "/no/mono.txt"], "error: --mono-path /no/mono.txt does not exist"),
 ])
 def test_cli_bad_input_is_one_line(args, needle, capsys, monkeypatch):

@@ -2,18 +2,20 @@
 import numpy as np
 import pytest
 
-from edge_fixtures import cached_checkpoint
+from conftest import need
+
+from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.bench.tflite import tflite_available
 from grpo_edge.errors import ExportError
 
 OK, WHY = tflite_available()
-pytestmark = pytest.mark.skipif(not OK, reason=WHY)
+need(OK, WHY)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.torch2onnx import torch2onnx
     d = tmp_path_factory.mktemp("tfl")
@@ -55,7 +57,7 @@ def test_int8_tflite_uses_our_parameters(models):
 
 
 def test_tflite_keeps_the_task_metric(models):
-    from grpo_edge.bench.runtime import task_metric
+    from grpo_edge.export.evaluate import task_metric
     from grpo_edge.bench.tflite import onnx2tflite, tflite_policy
     d, task, _ = models
     onnx2tflite(d / "model.int8.onnx", d / "m8.tflite")

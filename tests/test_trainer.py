@@ -7,11 +7,13 @@ import sys
 import time
 
 import pytest
+
+from conftest import need_tool
 import torch
 
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
 from grpo_edge.errors import CheckpointError
-from grpo_edge.trainer import GRPOTrainer
+from grpo_edge.training_run import GRPOTrainer
 
 CARTPOLE = {"task": {"name": "cartpole", "eval_episodes": 10},
             "training": {"steps": 4, "batch_size": 2, "lr": 3e-3, "lr_scaling": "none", "eval_every": 2, "save_every": 1},
@@ -117,6 +119,7 @@ def _cli(*args, **kw):
                           timeout=kw.get("timeout", 300), cwd=kw.get("cwd"))
 
 
+@pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
     run = tmp_path / "run"
     r = _cli("train", "--config", "configs/cartpole.yaml", "--save-dir", str(run), "--quiet", "--set", "training.steps=2",
@@ -148,6 +151,7 @@ def test_cli_bad_input_is_one_line(args, needle):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_kill_during_training_leaves_a_valid_checkpoint(tmp_path):
     """SIGKILL at a random moment: last.pt stays loadable and --resume continues."""
     run = tmp_path / "run"
@@ -186,9 +190,9 @@ def test_ctrl_c_saves_and_exits_cleanly(tmp_path):
 
 
 def test_core_is_python36_compatible(root):
-    vermin = os.path.join(os.path.dirname(sys.executable), "vermin")
-    if not os.path.exists(vermin):
-        pytest.skip("vermin not installed (pip install vermin)")
-    r = subprocess.run([vermin, "-t=3.6-", "--no-tips", "--violations", "--eval-annotations",
-                        os.path.join(root, "grpo_edge", "core")], capture_output=True, text=True)
+    """What runs on a Jetson Nano (JetPack 4.6: Python 3.6): the core, the online trainer, the runtime."""
+    vermin = need_tool("vermin", "pip install vermin")
+    r = subprocess.run([vermin, "-t=3.6-", "--no-tips", "--violations", "--eval-annotations"]
+                       + [os.path.join(root, "grpo_edge", d) for d in ("core", "online", "runtime")],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

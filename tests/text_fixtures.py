@@ -2,7 +2,7 @@
 
 250 steps (a few seconds) of teacher-forced warm start on small tasks (operands 0..9, numbers 0..99), saved with
 the trainer's checkpoint layout (arch, model_config, task, task_meta, config, model), so deploy and bench
-treat them like real ones. Cached per fixture-code version, like edge_fixtures.cached_checkpoint.
+treat them like real ones. Built once per test session by tests/session_cache.py.
 """
 import torch
 
@@ -49,20 +49,4 @@ def _train_and_save(path, kind, task_cfg, arch, kwargs, steps, seed, get_task):
     save_checkpoint(path, {"arch": model.arch, "model_config": model.config(), "task": kind,
                            "task_meta": task.checkpoint_meta(), "config": {"task": dict(task_cfg)},
                            "model": model.state_dict(), "step": steps})
-    return path
-
-
-def cached_text_checkpoint(kind):
-    import hashlib
-    import os
-    import tempfile
-    from pathlib import Path
-    code = Path(__file__).read_bytes() + torch.__version__.encode()
-    folder = Path(tempfile.gettempdir()) / ("grpo-edge-text-fixtures-" + hashlib.sha1(code).hexdigest()[:10])
-    path = folder / ("%s.pt" % kind)
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / ("%s.%d.pt" % (kind, os.getpid()))
-        make_text_checkpoint(tmp, kind)
-        os.replace(str(tmp), str(path))
     return path

@@ -7,9 +7,12 @@ Columns: size (exact), the task's own metric (measured on this host), host laten
 host: single-sample calls, warm-up then median, in this process), and per target profile the device
 latency and energy per inference (ESTIMATED from targets/<name>.yaml; method in the JSON legend), status.
 """
+import functools
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,20 +31,54 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
     Returns the rows (dicts); a format that cannot be built or run has status "skipped: ..." or
     "failed: ..." and empty figures, never a made-up number.
     """
-    import torch
-    from grpo_edge.bench.runtime import median_latency, onnx_policy, task_metric
-    from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import load_calibration, task_from_state, task_inputs
-    from grpo_edge.export.onnx2int8 import onnx2int8
-    from grpo_edge.export.onnx_utils import count_macs, load_onnx, session
-    from grpo_edge.export.torch2onnx import torch2onnx
-    from grpo_edge.targets.profiles import estimate_energy, estimate_latency, load_profile
-
+    from grpo_edge.targets.profiles import load_profile
     opts = dict(DEFAULTS, **(options or {}))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     profiles = [load_profile(t) for t in targets]
+    b = _load(checkpoint, out, opts)
+    rows = {f: {"format": f, "file": "", "size_bytes": None, "metric": None, "host_latency_s": None,
+                "status": "ok"} for f in FORMATS}
+    calls = _measure_rows(b, rows)
+    macs = _macs(b.paths["onnx fp32"], calls)
+    result = [rows[f] for f in FORMATS] + [dict(r) for r in extra_rows]
+    _estimate_rows(result, profiles, macs, calls)
+    legend = _legend(b.task, profiles, macs, opts, checkpoint)
+    if calls:
+        from grpo_edge.bench.text import text_legend
+        legend = text_legend(legend, opts, len(calls))
+    if b.task is None:
+        legend["metric"] = "no task metric: %s" % b.task_err
+    doc = {"checkpoint": str(checkpoint), "arch": b.state["arch"], "task": b.state.get("task"), "macs": macs,
+           "legend": legend, "rows": result}
+    atomic_write_text(out / "bench.json", json.dumps(doc, indent=2, default=str))
+    atomic_write_text(out / "bench.md", bench_markdown(doc))
+    atomic_write_bytes(out / "bench.png", bench_chart(doc))
+    return result
+
+
+@dataclass
+class _Bench:
+    """What every row of one bench run needs: the checkpoint's model and task, options, file paths."""
+    checkpoint: Any
+    out: Path
+    opts: dict
+    model: Any
+    state: dict
+    task: Any
+    task_err: str
+    spec: Any
+    single: bool              # one input tensor: the policy rows (metric, latency) apply
+    example: Any
+    paths: dict
+
+
+def _load(checkpoint, out, opts) -> _Bench:
+    """The checkpoint's policy, its task (or why there is none) and its export spec."""
+    from grpo_edge.core.checkpoint import load_policy
+    from grpo_edge.tasks import task_from_state
     model, state = load_policy(checkpoint)
+    task, task_err = None, ""
     try:
         task = task_from_state(state, seed=opts["seed"])
     except Exception as e:
@@ -51,100 +88,140 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
     example = spec.example_inputs[0].numpy() if single else None
     paths = {"onnx fp32": out / "model.onnx", "onnx int8": out / "model.int8.onnx",
              "tflite fp32": out / "model.tflite", "tflite int8": out / "model.int8.tflite"}
-    rows = {f: {"format": f, "file": "", "size_bytes": None, "metric": None, "host_latency_s": None,
-                "status": "ok"} for f in FORMATS}
+    return _Bench(checkpoint, out, opts, model, state, task, task_err, spec, single, example, paths)
 
-    def run_row(fmt, build):
-        try:
-            build(rows[fmt])
-        except Exception as e:  # one format failing must not hide the others
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            kind = ("skipped: " if "not installed" in msg else
-                    "unsupported: " if "no TFLite mapping" in msg or "several files" in msg else "failed: ")
-            rows[fmt]["status"] = kind + msg[:200]
 
-    def metric(policy):
-        return task_metric(task, policy, opts["eval_n"]) if task is not None and single else None
-
-    def torch_row(r):
-        buf = io.BytesIO()
-        torch.save(model.state_dict(), buf)
-        r.update(file=str(checkpoint), size_bytes=len(buf.getvalue()), metric=metric(model))
-        if single:
-            with torch.no_grad():
-                x = torch.as_tensor(example)
-                r["host_latency_s"] = median_latency(lambda a: model(a), x, opts["runs"], opts["warmup"])
-
-    def onnx_row(fmt, reference):
-        def build(r):
-            if fmt == "onnx fp32":
-                torch2onnx(model, paths[fmt])
-            else:
-                if not single:
-                    raise RuntimeError("int8 needs a single-input runtime function (calibration from decoding "
-                                       "is not supported yet)")
-                if opts["calibration"]:
-                    calib = load_calibration(opts["calibration"])
-                else:
-                    calib = task_inputs(task, opts["calibration_samples"], policy=model)
-                calib = {spec.input_names[0]: np.asarray(next(iter(calib.values())) if isinstance(calib, dict)
-                                                         else calib, dtype=np.float32)}
-                onnx2int8(paths["onnx fp32"], calib, paths[fmt], method=opts["method"])
-            if not paths[fmt].exists():
-                raise RuntimeError("%s exports several files: bench covers single-file models" % state["arch"])
-            r.update(file=paths[fmt].name, size_bytes=paths[fmt].stat().st_size)
-            if single:
-                r["metric"] = metric(onnx_policy(paths[fmt], reference=reference))
-                sess = session(paths[fmt], optimize=True)
-                name = sess.get_inputs()[0].name
-                r["host_latency_s"] = median_latency(lambda a: sess.run(None, {name: a}), example,
-                                                     opts["runs"], opts["warmup"])
-        return build
+def _measure_rows(b, rows):
+    """Fill every format's row in place; -> the MACs of each model call of a completion (text models) or None."""
+    run_row = functools.partial(_run_row, rows)
     calls = None
-    if state["arch"] in ("micro-gpt", "tiny-transformer") and task is not None:
+    if b.state["arch"] in ("micro-gpt", "tiny-transformer") and b.task is not None:
         from grpo_edge.bench.text import text_rows     # generation loop rows: metric + latency per completion
-        calls = text_rows(rows, checkpoint, model, state, task, out, opts, run_row)
+        calls = text_rows(rows, b.checkpoint, b.model, b.state, b.task, b.out, b.opts, run_row)
     else:
-        run_row("torch", torch_row)
-        run_row("onnx fp32", onnx_row("onnx fp32", False))
-        run_row("onnx int8", onnx_row("onnx int8", True))
-
-    def tflite_row(fmt, src):
-        def build(r):
-            from grpo_edge.bench.tflite import _Runner, onnx2tflite, tflite_available, tflite_policy
-            ok, why = tflite_available()
-            if not ok:
-                raise RuntimeError(why)
-            if not paths[src].exists():
-                raise RuntimeError("no %s to convert" % src)
-            try:
-                onnx2tflite(paths[src], paths[fmt])
-                run = _Runner(paths[fmt])
-            except Exception as e:
-                if fmt != "tflite int8":
-                    raise
-                # ops onnx2tflite lacks (Conv, pools): same int8 parameters through the ESP32 IR builder
-                from grpo_edge.bench.runtime import ArrayPolicy
-                from grpo_edge.bench.tflite import qdq2tflite_int8
-                run = qdq2tflite_int8(paths[src], paths[fmt])
-                what = str(e).split(": ", 1)[-1].split(" has no")[0]           # e.g. "op Conv (node /stem/conv/Conv)"
-                r["status"] = ("ok (int8 I/O .tflite from the QDQ parameters via the ESP32 IR builder: the int8 "
-                               "onnx2tflite path lacks %s)" % what[:60])
-                r.update(file=paths[fmt].name, size_bytes=paths[fmt].stat().st_size,
-                         metric=metric(ArrayPolicy(run, name=str(paths[fmt]))))
-                r["host_latency_s"] = median_latency(run, example, opts["runs"], opts["warmup"])
-                return
-            r.update(file=paths[fmt].name, size_bytes=paths[fmt].stat().st_size, metric=metric(tflite_policy(paths[fmt])))
-            r["host_latency_s"] = median_latency(run, example, opts["runs"], opts["warmup"])
-        return build
+        run_row("torch", functools.partial(_torch_row, b))
+        run_row("onnx fp32", functools.partial(_onnx_row, b, "onnx fp32", False))
+        run_row("onnx int8", functools.partial(_onnx_row, b, "onnx int8", True))
     if calls is None:
-        run_row("tflite fp32", tflite_row("tflite fp32", "onnx fp32"))
-        run_row("tflite int8", tflite_row("tflite int8", "onnx int8"))
+        run_row("tflite fp32", functools.partial(_tflite_row, b, "tflite fp32", "onnx fp32"))
+        run_row("tflite int8", functools.partial(_tflite_row, b, "tflite int8", "onnx int8"))
+    return calls
 
-    macs = count_macs(load_onnx(paths["onnx fp32"])) if paths["onnx fp32"].exists() else 0
-    if calls:                         # text: per completion = sum over its model calls
+
+def _run_row(rows, fmt, build):
+    """build(rows[fmt]); a failure is the row's status (one format failing must not hide the others)."""
+    try:
+        build(rows[fmt])
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        kind = ("skipped: " if "not installed" in msg else
+                "unsupported: " if "no TFLite mapping" in msg or "several files" in msg else "failed: ")
+        rows[fmt]["status"] = kind + msg[:200]
+
+
+def _metric(b, policy):
+    """The task's own metric of a policy (None without a task or for multi-input models)."""
+    from grpo_edge.export.evaluate import task_metric
+    return task_metric(b.task, policy, b.opts["eval_n"]) if b.task is not None and b.single else None
+
+
+def _torch_row(b, r):
+    """The checkpoint itself: state-dict size, metric, eager latency."""
+    import torch
+    from grpo_edge.export.evaluate import median_latency
+    buf = io.BytesIO()
+    torch.save(b.model.state_dict(), buf)
+    r.update(file=str(b.checkpoint), size_bytes=len(buf.getvalue()), metric=_metric(b, b.model))
+    if b.single:
+        with torch.no_grad():
+            x = torch.as_tensor(b.example)
+            r["host_latency_s"] = median_latency(lambda a: b.model(a), x, b.opts["runs"], b.opts["warmup"])
+
+
+def _onnx_row(b, fmt, reference, r):
+    """model.onnx (torch2onnx) or model.int8.onnx (onnx2int8): size, metric, latency in onnxruntime."""
+    from grpo_edge.export.evaluate import median_latency, onnx_policy
+    from grpo_edge.export.onnx_utils import session
+    from grpo_edge.export.torch2onnx import torch2onnx
+    path = b.paths[fmt]
+    if fmt == "onnx fp32":
+        torch2onnx(b.model, path)
+    else:
+        _quantize(b, path)
+    if not path.exists():
+        raise RuntimeError("%s exports several files: bench covers single-file models" % b.state["arch"])
+    r.update(file=path.name, size_bytes=path.stat().st_size)
+    if b.single:
+        r["metric"] = _metric(b, onnx_policy(path, reference=reference))
+        sess = session(path, optimize=True)
+        name = sess.get_inputs()[0].name
+        r["host_latency_s"] = median_latency(lambda a: sess.run(None, {name: a}), b.example,
+                                             b.opts["runs"], b.opts["warmup"])
+
+
+def _quantize(b, path):
+    """model.int8.onnx from model.onnx, calibrated on the given set or the task's inputs."""
+    from grpo_edge.export.calibration import load_calibration, task_inputs
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    opts = b.opts
+    if not b.single:
+        raise RuntimeError("int8 needs a single-input runtime function (calibration from decoding "
+                           "is not supported yet)")
+    if opts["calibration"]:
+        calib = load_calibration(opts["calibration"])
+    else:
+        calib = task_inputs(b.task, opts["calibration_samples"], policy=b.model)
+    calib = {b.spec.input_names[0]: np.asarray(next(iter(calib.values())) if isinstance(calib, dict)
+                                               else calib, dtype=np.float32)}
+    onnx2int8(b.paths["onnx fp32"], calib, path, method=opts["method"])
+
+
+def _tflite_row(b, fmt, src, r):
+    """The ONNX model converted to .tflite (onnx2tflite) and run with LiteRT: size, metric, latency."""
+    from grpo_edge.export.evaluate import median_latency
+    from grpo_edge.bench.tflite import _Runner, onnx2tflite, tflite_available, tflite_policy
+    ok, why = tflite_available()
+    if not ok:
+        raise RuntimeError(why)
+    if not b.paths[src].exists():
+        raise RuntimeError("no %s to convert" % src)
+    try:
+        onnx2tflite(b.paths[src], b.paths[fmt])
+        run = _Runner(b.paths[fmt])
+    except Exception as e:
+        if fmt != "tflite int8":
+            raise
+        _tflite_int8_via_ir(b, fmt, src, e, r)
+        return
+    r.update(file=b.paths[fmt].name, size_bytes=b.paths[fmt].stat().st_size, metric=_metric(b, tflite_policy(b.paths[fmt])))
+    r["host_latency_s"] = median_latency(run, b.example, b.opts["runs"], b.opts["warmup"])
+
+
+def _tflite_int8_via_ir(b, fmt, src, e, r):
+    """Ops onnx2tflite lacks (Conv, pools): the same int8 parameters through the ESP32 IR builder."""
+    from grpo_edge.export.evaluate import ArrayPolicy, median_latency
+    from grpo_edge.bench.tflite import qdq2tflite_int8
+    run = qdq2tflite_int8(b.paths[src], b.paths[fmt])
+    what = str(e).split(": ", 1)[-1].split(" has no")[0]           # e.g. "op Conv (node /stem/conv/Conv)"
+    r["status"] = ("ok (int8 I/O .tflite from the QDQ parameters via the ESP32 IR builder: the int8 "
+                   "onnx2tflite path lacks %s)" % what[:60])
+    r.update(file=b.paths[fmt].name, size_bytes=b.paths[fmt].stat().st_size,
+             metric=_metric(b, ArrayPolicy(run, name=str(b.paths[fmt]))))
+    r["host_latency_s"] = median_latency(run, b.example, b.opts["runs"], b.opts["warmup"])
+
+
+def _macs(fp32_path, calls) -> int:
+    """MACs per inference of model.onnx; text models: per completion, the sum over its model calls."""
+    from grpo_edge.export.onnx_utils import count_macs, load_onnx
+    macs = count_macs(load_onnx(fp32_path)) if fp32_path.exists() else 0
+    if calls:
         macs = int(sum(calls))
-    result = [rows[f] for f in FORMATS] + [dict(r) for r in extra_rows]
+    return macs
+
+
+def _estimate_rows(result, profiles, macs, calls) -> None:
+    """Per target profile: device latency and energy of each row that ran (ESTIMATES from the profile)."""
+    from grpo_edge.targets.profiles import estimate_energy, estimate_latency
     for r in result:
         dtype = "int8" if "int8" in r["format"] else "fp32"
         for p in profiles:
@@ -154,18 +231,6 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
                 en = estimate_energy(p, lat)["value"]
             r["%s_latency_s" % p["name"]] = lat
             r["%s_energy_j" % p["name"]] = en
-    legend = _legend(task, profiles, macs, opts, checkpoint)
-    if calls:
-        from grpo_edge.bench.text import text_legend
-        legend = text_legend(legend, opts, len(calls))
-    if task is None:
-        legend["metric"] = "no task metric: %s" % task_err
-    doc = {"checkpoint": str(checkpoint), "arch": state["arch"], "task": state.get("task"), "macs": macs,
-           "legend": legend, "rows": result}
-    atomic_write_text(out / "bench.json", json.dumps(doc, indent=2, default=str))
-    atomic_write_text(out / "bench.md", bench_markdown(doc))
-    atomic_write_bytes(out / "bench.png", bench_chart(doc))
-    return result
 
 
 def _legend(task, profiles, macs, opts, checkpoint):

@@ -4,7 +4,7 @@
 
 Each row's metric is the task's metric (exact match) of greedy completions of the held-out prompts
 task.evaluate scores; host latency is the median time of one batch-1 greedy completion of the first of
-those prompts (torch: model.generate; ONNX: the deploy runner's loop, grpo_edge/targets/rpi_textgen.py).
+those prompts (torch: model.generate; ONNX: the deploy runner's loop, grpo_edge/runtime/textgen.py).
 int8 is calibrated on decode-step inputs recorded from fp32 ONNX decoding and quantizes MatMul/Gemm only
 (why: grpo_edge/targets/rpi_text.py). TFLite has no generation loop here: those rows say so.
 """
@@ -13,28 +13,15 @@ import tempfile
 from pathlib import Path
 
 
-def completion_macs(cfg: dict, fp32_files: dict, new_tokens: int) -> list:
-    """MACs of each model call of one batch-1 completion with `new_tokens` tokens (EOS included)."""
-    from grpo_edge.export.onnx_utils import count_macs, load_onnx
-    new = max(1, int(new_tokens))
-    if cfg["arch"] == "micro-gpt":
-        m = load_onnx(fp32_files["model"])
-        return [count_macs(m, 1, {"past_len": t}) for t in range(cfg["input_len"] + new - 1)]
-    s = cfg["input_len"]
-    enc, dec = load_onnx(fp32_files["encoder"]), load_onnx(fp32_files["decoder_step"])
-    return [count_macs(enc, 1, {"src_len": s})] + [count_macs(dec, 1, {"src_len": s, "tgt_len": t})
-                                                   for t in range(1, new + 1)]
-
-
 def text_rows(rows, checkpoint, model, state, task, out, opts, run_row) -> list:
     """Fill rows["torch" | "onnx fp32" | "onnx int8"] in place; returns the MACs per model call of a completion."""
     import torch
-    from grpo_edge.bench.runtime import eval_problems, median_latency, text_metric
+    from grpo_edge.export.evaluate import eval_problems, median_latency, text_metric
     from grpo_edge.export.decode_calibration import decode_calibration, part_path, text_config
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.torch2onnx import torch2onnx
     from grpo_edge.targets.rpi_text import TEXT_OPS
-    from grpo_edge.targets.rpi_textgen import TextGenerator, model_files, ort_functions
+    from grpo_edge.runtime.textgen import TextGenerator, model_files, ort_functions
 
     cfg = text_config(state)
     problems = eval_problems(task, opts["eval_n"])
@@ -93,6 +80,7 @@ def text_rows(rows, checkpoint, model, state, task, out, opts, run_row) -> list:
         rows[fmt]["status"] = "unsupported: text generation (decode loop with a KV cache / prefix) has no TFLite runner"
     if not all(Path(p).exists() for p in files["onnx fp32"].values()):
         return []
+    from grpo_edge.export.onnx_utils import completion_macs
     return completion_macs(cfg, files["onnx fp32"], new_tokens[0])
 
 

@@ -49,153 +49,177 @@ def tflite_available():
 
 def onnx2tflite(onnx_path, out_path) -> dict:
     """Write a .tflite equivalent of an fp32 model (MLPs and small CNNs) or a QDQ-int8 MLP; returns info."""
-    from onnx import numpy_helper
-    from grpo_edge.export.onnx_utils import io_specs, load_onnx
     ok, why = tflite_available()
     if not ok:
         raise ExportError(why)
-    from tflite_micro.tensorflow.lite.micro.compression import model_editor as me
-    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
-
     onnx_path = Path(onnx_path)
-    m = load_onnx(onnx_path)
+    conv = _Converter(onnx_path)
+    conv.add_input()
+    ops = [conv.add_node(n) for n in conv.nodes if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    conv.add_output()
+    data = bytes(conv.model.build())
+    atomic_write_bytes(out_path, data)
+    return {"path": str(out_path), "size_bytes": len(data), "dtype": "int8" if conv.int8 else "fp32",
+            "ops": [op for op in ops if op is not None],
+            "converter": "tflite-micro model_editor (no TensorFlow), params copied from %s" % onnx_path.name}
+
+
+def _constants(m) -> dict:
+    """{name: array} of the graph's initializers and Constant nodes (onnxslim / ORT may keep small constants
+    as Constant nodes)."""
+    from onnx import numpy_helper
     init = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    for n in m.graph.node:   # onnxslim / ORT may keep small constants as Constant nodes
+    for n in m.graph.node:
         if n.op_type == "Constant":
             init[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    nodes = [n for n in m.graph.node if n.op_type != "Constant"]
-    int8 = any(n.op_type == "QuantizeLinear" for n in nodes)
-    (inp,), outs = io_specs(m, "input"), io_specs(m, "output")
-    if len(outs) != 1:
-        raise ExportError("%s: %d outputs; the TFLite baseline handles one" % (onnx_path, len(outs)))
+    return init
 
-    # QDQ bookkeeping: DequantizeLinear output -> (quantized source, scale, zero point)
-    dq = {}
-    for n in nodes:
-        if n.op_type == "DequantizeLinear":
-            dq[n.output[0]] = (n.input[0], init.get(n.input[1]), init.get(n.input[2]) if len(n.input) > 2 else None)
-    q_of = {n.input[0]: n for n in nodes if n.op_type == "QuantizeLinear"}    # float tensor -> its Q node
-    q_out = {n.output[0]: n for n in nodes if n.op_type == "QuantizeLinear"}   # int8 tensor -> its Q node
 
-    sg = me.Subgraph()
-    model = me.Model(subgraphs=[sg], description="grpo-edge onnx2tflite from %s" % onnx_path.name)
-    tensors = {}
+class _Converter(object):
+    """One onnx2tflite run: the ONNX graph read (with its QDQ bookkeeping) and the TFLite subgraph built."""
 
-    def act_tensor(name, shape):
+    def __init__(self, onnx_path):
+        from grpo_edge.export.onnx_utils import io_specs, load_onnx
+        from tflite_micro.tensorflow.lite.micro.compression import model_editor as me
+        from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
+        self.me, self.tfl, self.path = me, tfl, onnx_path
+        m = load_onnx(onnx_path)
+        self.init = _constants(m)
+        self.nodes = [n for n in m.graph.node if n.op_type != "Constant"]
+        self.int8 = any(n.op_type == "QuantizeLinear" for n in self.nodes)
+        (self.inp,), self.outs = io_specs(m, "input"), io_specs(m, "output")
+        if len(self.outs) != 1:
+            raise ExportError("%s: %d outputs; the TFLite baseline handles one" % (onnx_path, len(self.outs)))
+        # QDQ bookkeeping: DequantizeLinear output -> (quantized source, scale, zero point)
+        self.dq = {n.output[0]: (n.input[0], self.init.get(n.input[1]),
+                                 self.init.get(n.input[2]) if len(n.input) > 2 else None)
+                   for n in self.nodes if n.op_type == "DequantizeLinear"}
+        self.q_of = {n.input[0]: n for n in self.nodes if n.op_type == "QuantizeLinear"}   # float -> its Q node
+        self.q_out = {n.output[0]: n for n in self.nodes if n.op_type == "QuantizeLinear"}  # int8 -> its Q node
+        self.sg = me.Subgraph()
+        self.model = me.Model(subgraphs=[self.sg], description="grpo-edge onnx2tflite from %s" % onnx_path.name)
+        self.tensors = {}
+        self.fp32 = _Fp32Ops(me, tfl, self.sg, self.init, self.tensors, onnx_path)
+
+    def act_tensor(self, name, shape):
         """The TFLite tensor for an ONNX activation (int8 models: a Q output, with that Q's params)."""
-        if name in tensors:
-            return tensors[name]
-        if int8:
-            qn = q_out.get(name)
+        if name in self.tensors:
+            return self.tensors[name]
+        me, tfl = self.me, self.tfl
+        if self.int8:
+            qn = self.q_out.get(name)
             if qn is None:
                 raise ExportError("%s: tensor %r has no QuantizeLinear: not a fully quantized QDQ model"
-                                  % (onnx_path, name))
-            s, z = init[qn.input[1]], init[qn.input[2]]
+                                  % (self.path, name))
+            s, z = self.init[qn.input[1]], self.init[qn.input[2]]
             t = me.Tensor(shape=shape, dtype=tfl.TensorType.INT8, name=name,
                           quantization=me.Quantization(scales=float(s), zero_points=int(z)))
         else:
             t = me.Tensor(shape=shape, dtype=tfl.TensorType.FLOAT32, name=name)
-        sg.tensors.append(t)
-        tensors[name] = t
+        self.sg.tensors.append(t)
+        self.tensors[name] = t
         return t
 
-    def source(name):
+    def source(self, name):
         """ONNX value feeding an op -> (float activation name, or weight array + quant params)."""
-        if name in dq:
-            src, s, z = dq[name]
-            return src, s, z
+        if name in self.dq:
+            return self.dq[name]
         return name, None, None
 
-    width = int(inp["shape"][-1])
-    x_name = inp["name"]
-    in_shape = (1, width)
-    if len(inp["shape"]) == 4 and not int8:
-        if not all(isinstance(d, int) and d > 0 for d in inp["shape"][1:]):
-            raise ExportError("%s: input %r has a non-fixed image shape %s" % (onnx_path, x_name, inp["shape"]))
-        in_shape = _nhwc([1] + list(inp["shape"][1:]))
-    x_float = me.Tensor(shape=in_shape, dtype=tfl.TensorType.FLOAT32, name=x_name)
-    sg.tensors.append(x_float)
-    sg.inputs = [x_float]
-    if int8:   # float input -> QUANTIZE -> int8 (the model's first Q node holds the params)
-        if x_name not in q_of:
-            raise ExportError("%s: input %r is not quantized: not a QDQ int8 model" % (onnx_path, x_name))
-        xq = act_tensor(q_of[x_name].output[0], (1, width))
-        sg.operators.append(me.Operator(opcode=tfl.BuiltinOperator.QUANTIZE, inputs=[x_float], outputs=[xq]))
-    else:
-        tensors[x_name] = x_float
+    def add_input(self):
+        """The float input (NHWC for images); int8 models QUANTIZE it with the first Q node's params."""
+        me, tfl, inp, path = self.me, self.tfl, self.inp, self.path
+        width = int(inp["shape"][-1])
+        x_name = inp["name"]
+        in_shape = (1, width)
+        if len(inp["shape"]) == 4 and not self.int8:
+            if not all(isinstance(d, int) and d > 0 for d in inp["shape"][1:]):
+                raise ExportError("%s: input %r has a non-fixed image shape %s" % (path, x_name, inp["shape"]))
+            in_shape = _nhwc([1] + list(inp["shape"][1:]))
+        x_float = me.Tensor(shape=in_shape, dtype=tfl.TensorType.FLOAT32, name=x_name)
+        self.sg.tensors.append(x_float)
+        self.sg.inputs = [x_float]
+        if self.int8:
+            if x_name not in self.q_of:
+                raise ExportError("%s: input %r is not quantized: not a QDQ int8 model" % (path, x_name))
+            xq = self.act_tensor(self.q_of[x_name].output[0], (1, width))
+            self.sg.operators.append(me.Operator(opcode=tfl.BuiltinOperator.QUANTIZE, inputs=[x_float], outputs=[xq]))
+        else:
+            self.tensors[x_name] = x_float
 
-    ops = []
-    fp32 = _Fp32Ops(me, tfl, sg, init, tensors, onnx_path)
-    for n in nodes:
-        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            continue
-        a_name, _, _ = source(n.input[0])
-        a = tensors.get(a_name)
+    def add_node(self, n):
+        """Append the TFLite operators of ONNX node n; -> its op type (None for a Flatten of a 2-D tensor)."""
+        me, tfl, path = self.me, self.tfl, self.path
+        a_name, _, _ = self.source(n.input[0])
+        a = self.tensors.get(a_name)
         if a is None:
             raise ExportError("%s: node %s (%s) reads %r, which the TFLite converter did not produce"
-                              % (onnx_path, n.name, n.op_type, a_name))
-        if int8 and n.output[0] not in q_of:
+                              % (path, n.name, n.op_type, a_name))
+        if self.int8 and n.output[0] not in self.q_of:
             raise ExportError("%s: output of %s node %s is not quantized: not a fully quantized QDQ model"
-                              % (onnx_path, n.op_type, n.name))
-        out_name = q_of[n.output[0]].output[0] if int8 else n.output[0]
+                              % (path, n.op_type, n.name))
+        out_name = self.q_of[n.output[0]].output[0] if self.int8 else n.output[0]
         if n.op_type in ("Gemm", "MatMul"):
-            w_name, w_s, _ = source(n.input[1])
-            if w_name not in init:
-                raise ExportError("%s: %s node %s has a non-constant weight" % (onnx_path, n.op_type, n.name))
-            w = init[w_name]
-            if len(a.shape) != 2:
-                raise ExportError("%s: %s node %s reads a %d-D tensor; the TFLite converter takes 2-D"
-                                  % (onnx_path, n.op_type, n.name, len(a.shape)))
-            attrs = {at.name: (at.i if at.type == 2 else at.f) for at in n.attribute}
-            if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
-                raise ExportError("%s: Gemm node %s uses transA/alpha/beta" % (onnx_path, n.name))
-            if not (n.op_type == "Gemm" and attrs.get("transB", 0)):
-                w = w.T                                   # FULLY_CONNECTED wants (out, in)
-            w = np.ascontiguousarray(w)
-            units = w.shape[0]
-            wt = _const(me, tfl, w, w_name, "INT8" if int8 else "FLOAT32", w_s if int8 else None)
-            bt = None
-            if len(n.input) > 2 and n.input[2]:
-                b_name, b_s, _ = source(n.input[2])
-                b = init[b_name].reshape(-1)
-                bt = _const(me, tfl, b, b_name, "INT32" if int8 else "FLOAT32", b_s if int8 else None)
-            y = act_tensor(out_name, (1, units))
-            op = me.Operator(opcode=tfl.BuiltinOperator.FULLY_CONNECTED, inputs=[a, wt, bt], outputs=[y])
-            op._fb.builtinOptionsType = tfl.BuiltinOptions.FullyConnectedOptions
-            op._fb.builtinOptions = tfl.FullyConnectedOptionsT()
-            sg.tensors += [t for t in (wt, bt) if t is not None]
+            op = self._fully_connected(n, a, out_name)
         elif n.op_type in _ACT:
-            y = act_tensor(out_name, tuple(a.shape))
+            y = self.act_tensor(out_name, tuple(a.shape))
             op = me.Operator(opcode=getattr(tfl.BuiltinOperator, _ACT[n.op_type]), inputs=[a], outputs=[y])
         elif n.op_type == "Flatten" and len(a.shape) == 2:
-            tensors[out_name] = a
-            continue
-        elif not int8 and n.op_type in _SPATIAL:
-            fp32.convert(n, a)
-            ops.append(n.op_type)
-            continue
+            self.tensors[out_name] = a
+            return None
+        elif not self.int8 and n.op_type in _SPATIAL:
+            self.fp32.convert(n, a)
+            return n.op_type
         else:
             raise ExportError("%s: op %s (node %s) has no TFLite mapping in grpo-edge's converter "
                               "(supported: Gemm, MatMul, Relu, Tanh, Sigmoid%s)"
-                              % (onnx_path, n.op_type, n.name, "" if int8 else ", " + ", ".join(_SPATIAL)))
-        sg.operators.append(op)
-        ops.append(n.op_type)
+                              % (path, n.op_type, n.name, "" if self.int8 else ", " + ", ".join(_SPATIAL)))
+        self.sg.operators.append(op)
+        return n.op_type
 
-    last = _last_int8(tensors, dq, outs[0]["name"]) if int8 else tensors.get(outs[0]["name"])
-    if last is None:
-        raise ExportError("%s: graph output %r is not produced by a converted op" % (onnx_path, outs[0]["name"]))
-    if not int8 and len(last.shape) == 4:   # NHWC -> the ONNX output's NCHW
-        last = fp32.to_nchw(last, outs[0]["name"])
-    if int8:   # int8 -> DEQUANTIZE -> float output, like a LiteRT int8 model with float I/O
-        yf = me.Tensor(shape=tuple(last.shape), dtype=tfl.TensorType.FLOAT32, name=outs[0]["name"])
-        sg.tensors.append(yf)
-        sg.operators.append(me.Operator(opcode=tfl.BuiltinOperator.DEQUANTIZE, inputs=[last], outputs=[yf]))
-        last = yf
-    sg.outputs = [last]
-    data = bytes(model.build())
-    atomic_write_bytes(out_path, data)
-    return {"path": str(out_path), "size_bytes": len(data), "dtype": "int8" if int8 else "fp32", "ops": ops,
-            "converter": "tflite-micro model_editor (no TensorFlow), params copied from %s" % onnx_path.name}
+    def _fully_connected(self, n, a, out_name):
+        """Gemm / MatMul with a constant weight -> FULLY_CONNECTED (weights (out, in), int8: the QDQ params)."""
+        me, tfl, path, int8 = self.me, self.tfl, self.path, self.int8
+        w_name, w_s, _ = self.source(n.input[1])
+        if w_name not in self.init:
+            raise ExportError("%s: %s node %s has a non-constant weight" % (path, n.op_type, n.name))
+        w = self.init[w_name]
+        if len(a.shape) != 2:
+            raise ExportError("%s: %s node %s reads a %d-D tensor; the TFLite converter takes 2-D"
+                              % (path, n.op_type, n.name, len(a.shape)))
+        attrs = {at.name: (at.i if at.type == 2 else at.f) for at in n.attribute}
+        if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
+            raise ExportError("%s: Gemm node %s uses transA/alpha/beta" % (path, n.name))
+        if not (n.op_type == "Gemm" and attrs.get("transB", 0)):
+            w = w.T                                   # FULLY_CONNECTED wants (out, in)
+        w = np.ascontiguousarray(w)
+        wt = _const(me, tfl, w, w_name, "INT8" if int8 else "FLOAT32", w_s if int8 else None)
+        bt = None
+        if len(n.input) > 2 and n.input[2]:
+            b_name, b_s, _ = self.source(n.input[2])
+            b = self.init[b_name].reshape(-1)
+            bt = _const(me, tfl, b, b_name, "INT32" if int8 else "FLOAT32", b_s if int8 else None)
+        y = self.act_tensor(out_name, (1, w.shape[0]))
+        op = me.Operator(opcode=tfl.BuiltinOperator.FULLY_CONNECTED, inputs=[a, wt, bt], outputs=[y])
+        op._fb.builtinOptionsType = tfl.BuiltinOptions.FullyConnectedOptions
+        op._fb.builtinOptions = tfl.FullyConnectedOptionsT()
+        self.sg.tensors += [t for t in (wt, bt) if t is not None]
+        return op
+
+    def add_output(self):
+        """The graph output as float: NHWC maps back to NCHW; int8 models DEQUANTIZE (float I/O, like LiteRT's)."""
+        me, tfl, name = self.me, self.tfl, self.outs[0]["name"]
+        last = _last_int8(self.tensors, self.dq, name) if self.int8 else self.tensors.get(name)
+        if last is None:
+            raise ExportError("%s: graph output %r is not produced by a converted op" % (self.path, name))
+        if not self.int8 and len(last.shape) == 4:
+            last = self.fp32.to_nchw(last, name)
+        if self.int8:
+            yf = me.Tensor(shape=tuple(last.shape), dtype=tfl.TensorType.FLOAT32, name=name)
+            self.sg.tensors.append(yf)
+            self.sg.operators.append(me.Operator(opcode=tfl.BuiltinOperator.DEQUANTIZE, inputs=[last], outputs=[yf]))
+            last = yf
+        self.sg.outputs = [last]
 
 
 class _Fp32Ops(object):
@@ -477,7 +501,7 @@ def run_tflite(path, x) -> np.ndarray:
 
 def tflite_policy(path):
     """An ArrayPolicy over a .tflite file, so a task scores it with its own metric."""
-    from grpo_edge.bench.runtime import ArrayPolicy
+    from grpo_edge.export.evaluate import ArrayPolicy
     return ArrayPolicy(_Runner(path), name=str(path))
 
 

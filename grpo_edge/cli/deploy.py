@@ -11,7 +11,8 @@ from grpo_edge.errors import GrpoEdgeError
 def export(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
     out: str = typer.Option("model.onnx", "--out", "-o", help="Output ONNX path (tiny-transformer: two files)."),
-    opset: int = typer.Option(17, "--opset", help="ONNX opset."),
+    opset: int = typer.Option(17, "--opset", min=13, max=20, help="ONNX opset, 13-20 (13: per-channel int8 "
+                              "Q/DQ; 20: the newest the TorchScript exporter writes)."),
     no_simplify: bool = typer.Option(False, "--no-simplify", help="Skip onnxslim simplification."),
 ):
     """Export a checkpoint's model to ONNX (dynamic batch), checked against torch."""
@@ -20,7 +21,7 @@ def export(
     model, _ = load_policy(checkpoint)
     info = torch2onnx(model, out, opset=opset, simplify=not no_simplify)
     typer.echo("wrote %s (opset %s, max |onnx - torch| = %.2e)" % (
-        ", ".join(str(f) for f in info["files"]), info.get("opset", opset), info.get("max_abs_diff", float("nan"))))
+        ", ".join(str(f.get("path", k)) for k, f in info["files"].items()), info.get("opset", opset), info.get("max_abs_diff", float("nan"))))
 
 
 def quantize(
@@ -34,13 +35,15 @@ def quantize(
     """Static int8 quantization (QDQ, per-channel int8 weights) with calibration data."""
     from grpo_edge.export.onnx2int8 import onnx2int8
     info = onnx2int8(model, calibration, out, method=method, activations=activations, weight_rounding=weight_rounding)
-    typer.echo(json.dumps({k: v for k, v in info.items() if isinstance(v, (int, float, str))}, indent=1))
+    # everything, the int8-vs-fp32 errors and agreement on the calibration samples included: they are
+    # what shows a quantization gone wrong
+    typer.echo(json.dumps(info, indent=1, default=str))
 
 
 def calibrate(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
     out: str = typer.Option("calibration.npz", "--out", "-o", help="Output .npz."),
-    n: int = typer.Option(512, "--n", help="Number of samples."),
+    n: int = typer.Option(512, "--n", min=1, help="Number of samples (>= 1)."),
     seed: int = typer.Option(0, "--seed"),
 ):
     """Make a calibration set from the checkpoint's task (states its policy visits / dataset samples)."""
@@ -50,36 +53,51 @@ def calibrate(
 
 
 def deploy(
-    target: str = typer.Option(..., "--target", "-t", help="esp32, esp32s3, esp32c3, rpi4, rpi5, jetson-nano, jetson-orin-nano."),
+    target: str = typer.Option(..., "--target", "-t", help="A device profile (`grpo-edge targets` lists them: esp32*, rpi4/5, jetson-*)."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="A grpo-edge checkpoint."),
-    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead (esp32: int8 QDQ)."),
+    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead: fp32 (quantized with --calibration where the target needs int8) or int8 QDQ."),
     out: str = typer.Option("deploy", "--out", "-o", help="Output folder."),
     precision: Optional[str] = typer.Option(None, "--precision", help="Jetson: fp32, fp16 or int8."),
     activations: Optional[str] = typer.Option(None, "--activations", help="ESP32: auto (default: int8, or int16 "
                                               "activations when int8 flips > 1% of the decisions), int8 or int16."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration set (.npz); default: from the task."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration set (.npz or .npy); default: from the checkpoint's task."),
     option: List[str] = typer.Option([], "--option", help="Target option key=value (repeatable)."),
+    force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that deploy did not make "
+                               "(overwrites files of the same name)."),
 ):
-    """Build, simulate and report a target artifact from a checkpoint."""
-    import yaml
+    """Build, simulate and report a target artifact from a checkpoint, or from an ONNX model (an fp32 one
+    with --calibration, or an int8 QDQ one). A second deploy into the same folder replaces only the files
+    it generated and that are unchanged (MANIFEST.sha256); an edited file is kept, the new one is NAME.new."""
     from grpo_edge.targets import deploy as deploy_target
-    opts = {}
-    for item in option:
-        if "=" not in item:
-            raise GrpoEdgeError("--option expects key=value, got %r" % item)
-        k, v = item.split("=", 1)
-        opts[k.strip()] = yaml.safe_load(v)
+    from grpo_edge.targets.profiles import load_profile
+    opts = dict(option2kv(item) for item in option)
     if precision is not None:
         opts["precision"] = precision
     if calibration is not None:
         opts["calibration"] = calibration
     if activations is not None:
-        if not target.startswith("esp32"):
+        if load_profile(target).get("family") != "esp32":
             raise GrpoEdgeError("--activations applies to the esp32 targets (got --target %s)" % target)
         opts["activations"] = activations
-    report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts)
+    report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts, force=force)
     typer.echo(report.to_markdown() if report is not None else "done")
+    kept = getattr(report, "kept", None)
+    if kept:
+        typer.echo("kept %d file%s you edited in %s; the new version is next to each as NAME.new: %s"
+                   % (len(kept), "s" if len(kept) > 1 else "", out, ", ".join(kept)))
     typer.echo("report: %s" % (Path(out) / "report.md"))
+
+
+def option2kv(item: str):
+    """`key=value` (value read as YAML: numbers, true/false, lists) -> (key, value)."""
+    import yaml
+    if "=" not in item or not item.split("=", 1)[0].strip():
+        raise GrpoEdgeError("--option expects key=value, got %r" % item)
+    k, v = item.split("=", 1)
+    try:
+        return k.strip(), yaml.safe_load(v)
+    except yaml.YAMLError as e:
+        raise GrpoEdgeError("--option %s: value %r is not valid YAML (%s)" % (k.strip(), v, str(e).splitlines()[0]))
 
 
 def bench(
@@ -97,16 +115,12 @@ def targets_(
     json_out: bool = typer.Option(False, "--json", help="Print every profile with all figures and their sources."),
 ):
     """List the device profiles (targets/*.yaml) with their key figures and sources."""
+    from grpo_edge.cli.listing import rows2text
+    from grpo_edge.targets.profiles import list_profiles, load_profile
     if json_out:
-        from grpo_edge.targets.profiles import list_profiles, load_profile
         typer.echo(json.dumps({n: load_profile(n) for n in list_profiles()}, indent=1, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
-    from grpo_edge.targets.profiles import list_profiles, load_profile
-    table = Table(title="device profiles (figures with sources: grpo-edge targets --json)")
-    for col in ("target", "device", "family", "clock", "RAM", "active power"):
-        table.add_column(col)
+    rows = []
     for name in list_profiles():
         p = load_profile(name)
         f = p["figures"]
@@ -117,9 +131,10 @@ def targets_(
             v = f[key]["value"] if isinstance(f[key], dict) else f[key]
             return "%g %s" % (float(v) / scale, unit)
         ram = val("ram_bytes", 2 ** 30, "GiB") if "ram_bytes" in f else val("sram_bytes", 1024, "KiB")
-        table.add_row(name, p.get("display_name", ""), p.get("family", ""), val("clock_hz", 1e6, "MHz"), ram,
-                      val("active_power_w", 1, "W"))
-    Console().print(table)
+        rows.append((name, p.get("family", ""), val("clock_hz", 1e6, "MHz"), ram, val("active_power_w", 1, "W"),
+                     p.get("display_name", "")))
+    typer.echo(rows2text(("target", "family", "clock", "RAM", "power", "device"), rows))
+    typer.echo("(every figure with its source: grpo-edge targets --json)")
 
 
 def flash(

@@ -2,6 +2,7 @@
 
 Bad input (config, files, checkpoints, targets) prints one line `error: ...` and exits with code 2.
 """
+import errno
 import sys
 
 import typer
@@ -21,15 +22,36 @@ def _register():
 _register()
 
 
+def _usage_errors():
+    """Click's exception base classes (typer may vendor its own click)."""
+    import click
+    return tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
+
+
 def main():
     try:
-        app()
+        rv = app(standalone_mode=False)           # click's usage errors come here too: one line each
     except GrpoEdgeError as e:
         typer.echo("error: %s" % e, err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
+    except _usage_errors() as e:
+        from grpo_edge.cli.errors import usage2line
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            typer.echo(ctx.get_help(), err=True)
+        else:
+            typer.echo("error: %s" % usage2line(e), err=True)
+        sys.exit(2)
+    except (KeyboardInterrupt, typer.Abort):
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as e:
+        from grpo_edge.cli.errors import oserror2line
+        typer.echo("error: %s" % oserror2line(e), err=True)
+        sys.exit(1 if e.errno == errno.EPIPE else 2)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

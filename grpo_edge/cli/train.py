@@ -26,12 +26,13 @@ def train(
 ):
     """Train a policy with GRPO (or PPO, grpo.algo=ppo) on a built-in or your own task."""
     overrides = list(set_)
+    literals = {}          # command-line paths and numbers: taken as given, never parsed as YAML
     if data_path is not None:
         if not Path(data_path).exists():
             raise ConfigError("--data-path %s does not exist" % data_path)
-        overrides.append("task.data_path=%s" % data_path)
+        literals["task.data_path"] = data_path
     if seed is not None:
-        overrides.append("training.seed=%d" % seed)
+        literals["training.seed"] = seed
     if device is not None:
         overrides.append("training.device=%s" % device)
     if amp:
@@ -39,26 +40,40 @@ def train(
     if curriculum is not None:
         overrides.append("curriculum.metric=%s" % curriculum)
     if latent_noise is not None:
-        overrides.append("augment.latent_noise=%r" % latent_noise)
+        literals["augment.latent_noise"] = latent_noise
     if teacher is not None:
-        overrides.append("distill.teacher=%s" % teacher)
+        literals["distill.teacher"] = teacher
     if mono_path is not None:
         if not Path(mono_path).exists():
             raise ConfigError("--mono-path %s does not exist" % mono_path)
-        overrides += ["task.augment=true", "task.mono_path=%s" % mono_path]
+        overrides.append("task.augment=true")
+        literals["task.mono_path"] = mono_path
     if online:
-        from grpo_edge.online import run_online_cli
-        return run_online_cli(config, overrides, save_dir)
+        from grpo_edge.online.runner import run_online_cli
+        return run_online_cli(config, overrides + ["%s=%s" % (k, json.dumps(v)) for k, v in literals.items()],
+                              save_dir)
     from grpo_edge.config import load_config
-    from grpo_edge.trainer import GRPOTrainer, install_sigterm_handler
-    cfg = load_config(config or "cartpole.yaml", overrides=overrides)
+    from grpo_edge.training_run import GRPOTrainer, install_sigterm_handler
+    cfg = load_config(config or "cartpole.yaml", overrides=overrides, literals=literals)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     install_sigterm_handler()
     trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+    for key, old, new in getattr(trainer, "resume_changes", None) or []:
+        typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
     try:
         summary = trainer.train()
     except KeyboardInterrupt:
-        typer.echo("interrupted: saved %s (continue with --resume)" % (run_dir / "last.pt"), err=True)
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)         # a further Ctrl-C cannot cut this message short
+        last = run_dir / "last.pt"
+        if trainer.interrupted_at is not None:
+            typer.echo("interrupted: saved %s at step %d (continue with --resume)" % (last, trainer.interrupted_at),
+                       err=True)
+        elif last.exists():
+            typer.echo("interrupted: nothing new saved; %s holds the last completed save (continue with --resume)"
+                       % last, err=True)
+        else:
+            typer.echo("interrupted: nothing saved yet (last.pt is written every training.save_every steps)", err=True)
         raise typer.Exit(130)
     metric = summary["metric"]
     typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
@@ -67,34 +82,39 @@ def train(
 
 def eval_(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint (last.pt / best.pt)."),
-    n: int = typer.Option(0, "--n", help="Episodes / examples (0 = the task's default)."),
+    n: int = typer.Option(0, "--n", min=0, help="Episodes / examples (0 = the task's default)."),
     split: str = typer.Option("test", "--split", help="test or train."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """Evaluate a checkpoint on its task (greedy)."""
-    from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.tasks import get_task
+    from grpo_edge.core.checkpoint import check_fits_task, load_policy
+    from grpo_edge.tasks import task_from_state
+    if n < 0:
+        raise ConfigError("--n must be >= 0 (0 = the task's default), got %d" % n)
+    if split not in ("test", "train"):
+        raise ConfigError("--split must be test or train, got %r" % split)
     model, state = load_policy(checkpoint)
-    cfg = state.get("config", {})
-    task = get_task(state["task"], cfg.get("task", {}), seed=cfg.get("training", {}).get("seed", 0))
+    seed = (state.get("config") or {}).get("training", {}).get("seed", 0)
+    task = task_from_state(state, seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
+    check_fits_task(model, task, checkpoint)
     res = task.evaluate(model, split, n)
     if json_out:
         typer.echo(json.dumps(res))
     else:
-        typer.echo("%s on %s (%s): %s" % (state["arch"], state["task"], split,
+        typer.echo("%s on %s (%s): %s" % (state["arch"], task.name, split,
                                           ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
 
 
-def tasks():
+def tasks(
+    json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON (for scripts)."),
+):
     """List the built-in tasks, their model and metric."""
-    from rich.console import Console
-    from rich.table import Table
+    from grpo_edge.cli.listing import rows2json, rows2text
     from grpo_edge.config import builtin_recipes
     from grpo_edge.tasks import DEFAULT_ARCH, TASKS, task_class
     recipes = builtin_recipes()
-    table = Table(title="built-in tasks")
-    for col in ("task", "kind", "model", "metric", "recipe", "description"):
-        table.add_column(col)
+    header = ("task", "kind", "model", "metric", "recipe (--config)", "description")
+    rows = []
     for name in TASKS:
         try:
             cls = task_class(name)
@@ -102,8 +122,8 @@ def tasks():
         except GrpoEdgeError as e:
             kind, metric, doc = "?", "?", "unavailable: %s" % e
         recipe = next((r for r in recipes if r.startswith(name.replace("-", "_"))), "")
-        table.add_row(name, kind, DEFAULT_ARCH.get(name, ""), metric, recipe and "configs/" + recipe, doc)
-    Console().print(table)
+        rows.append((name, kind, DEFAULT_ARCH.get(name, ""), metric, recipe, doc))
+    typer.echo(rows2json(header, rows) if json_out else rows2text(header, rows))
 
 
 def register(app):

@@ -10,7 +10,13 @@ A checkpoint is a dict of plain tensors and Python scalars/lists/dicts, so that
   config        the resolved run config (nested dict)
   model         state dict
   optimizer, scheduler, rng, step, metrics   (training state; optional for deploy-only files)
+  model_sha256  SHA-256 of the weights (names, dtypes, shapes, values), written by save_checkpoint
+
+load_checkpoint refuses, with one line, a file whose entries have the wrong types, whose weights do not
+match model_sha256, or whose weights are NaN / inf or beyond 1e6 (a flipped exponent bit: 1.3 -> 1.3e38),
+before any model is built.
 """
+import hashlib
 import inspect
 import os
 import pickle
@@ -29,12 +35,17 @@ def save_checkpoint(path, state):
     """Atomically write `state` to `path`: temp file in the same folder, fsync, rename."""
     state = dict(state)
     state.setdefault("format", FORMAT)
+    if isinstance(state.get("model"), dict):
+        state["model_sha256"] = weights_sha256(state["model"])
     path = str(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         os.makedirs(folder)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o644 & ~mask)              # mkstemp makes 0600 files; a checkpoint is meant to be shared
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()
@@ -66,10 +77,70 @@ def load_checkpoint(path, map_location="cpu"):
         raise CheckpointError("%s is not a readable grpo-edge checkpoint (%s)" % (path, msg[:200]))
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError("%s is not a grpo-edge checkpoint (no '%s' format tag)" % (path, FORMAT))
+    check_entries(state, path)
+    return state
+
+
+# entry -> (type, what it must be), checked before anything is built from a checkpoint
+ENTRIES = {"arch": (str, "an architecture name"), "model_config": (dict, "a mapping of constructor arguments"),
+           "model": (dict, "a mapping of weight tensors"), "task": (str, "a task name"),
+           "config": (dict, "a mapping (the run config)"), "task_meta": (dict, "a mapping")}
+
+
+def check_entries(state, path):
+    """Types of the entries, the weights' checksum and their values; a CheckpointError naming the entry."""
+    from grpo_edge.core.finite import weights_problem
     for key in ("arch", "model_config", "model"):
         if key not in state:
             raise CheckpointError("%s is missing '%s'" % (path, key))
-    return state
+    for key, (typ, what) in ENTRIES.items():
+        if key in state and state[key] is not None and not isinstance(state[key], typ):
+            raise CheckpointError("%s: entry '%s' must be %s, got %s" % (path, key, what, type(state[key]).__name__))
+    cfg = state.get("config") or {}
+    for section in ("model", "training", "grpo", "task"):
+        if cfg.get(section) is not None and not isinstance(cfg[section], dict):
+            raise CheckpointError("%s: config section '%s' must be a mapping" % (path, section))
+    bad = [k for k, v in state["model"].items() if not isinstance(k, str) or not torch.is_tensor(v)]
+    if bad:
+        raise CheckpointError("%s: entry 'model' holds %r, which is not a named tensor" % (path, bad[0]))
+    if any(not isinstance(k, str) for k in state["model_config"]):
+        raise CheckpointError("%s: entry 'model_config' has a key that is not a string" % path)
+    digest = state.get("model_sha256")
+    if digest is not None and digest != weights_sha256(state["model"]):
+        raise CheckpointError("%s: the weights do not match their checksum (model_sha256): the file was changed "
+                              "or corrupted after it was written" % path)
+    problem = weights_problem(list(state["model"].values()))
+    if problem is not None:
+        raise CheckpointError("%s: the weights are %s: a corrupted or diverged checkpoint; use an earlier one"
+                              % (path, problem))
+
+
+def weights_sha256(weights):
+    """SHA-256 over the sorted names, dtypes, shapes and values of a state dict (float types as float32)."""
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        t = weights[name].detach().cpu()
+        h.update(("%s|%s|%s;" % (name, str(t.dtype), list(t.shape))).encode("utf-8"))
+        if t.is_floating_point():
+            t = t.float()
+        elif t.dtype == torch.bool:
+            t = t.to(torch.uint8)
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def check_fits_task(model, task, path=""):
+    """The task's input/output sizes (task.model_kwargs()) match the model's (obs_dim, vocab_size, ...)."""
+    cfg = model.config() if hasattr(model, "config") else {}
+    try:
+        need = task.model_kwargs()
+    except Exception:  # a task that cannot say: nothing to compare
+        return
+    for key, value in need.items():
+        if key in cfg and cfg[key] != value:
+            raise CheckpointError("%s: the %s policy has %s=%r, task %s needs %r: it was trained on another task"
+                                  % (path or "checkpoint", getattr(model, "arch", "?"), key, cfg[key],
+                                     getattr(task, "name", "?"), value))
 
 
 # torch.load(weights_only=True) exists from torch 1.13. Older torch (JetPack 4.6 ships 1.10) gets the same
@@ -101,10 +172,13 @@ def _load_weights_only(path, map_location):
 def load_policy(path, map_location="cpu"):
     """Rebuild the model stored in a checkpoint. Returns (model in eval mode, checkpoint dict)."""
     from grpo_edge.core.models import build_model
+    from grpo_edge.core.models import ARCHS
     state = load_checkpoint(path, map_location)
+    if state["arch"] not in ARCHS:
+        raise CheckpointError("%s: unknown architecture %r (known: %s)" % (path, state["arch"], ", ".join(sorted(ARCHS))))
     try:
         model = build_model(state["arch"], **state["model_config"])
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise CheckpointError("%s: cannot rebuild architecture %r (%s)" % (path, state["arch"], e))
     try:
         model.load_state_dict(state["model"])

@@ -173,3 +173,51 @@ def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="c
         truncated=torch.as_tensor(truncated),
         num_env_steps=env_steps,
     )
+
+
+def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", greedy=False):
+    """rollout_episodes over a batched environment: one policy call and one env call per lockstep step.
+
+    envs: an object with reset(seeds) -> obs (n, obs_dim) and step(actions (n,) int array) ->
+    (obs (n, obs_dim), reward (n,), terminated (n,), truncated (n,)), numpy arrays; `seeds` holds one
+    reset seed per environment (group_seeds repeated G times). The batched environment may keep
+    stepping (and auto-resetting) finished episodes: their results are ignored, their rows keep the
+    last observation, exactly as in rollout_episodes, so both give the same Rollout for the same seeds.
+    """
+    n = len(seeds)
+    obs = np.asarray(envs.reset(seeds), dtype=np.float32).copy()
+    alive = np.ones(n, dtype=bool)
+    truncated = np.zeros(n, dtype=bool)
+    obs_buf, act_buf, logp_buf, rew_buf, mask_buf = [], [], [], [], []
+    env_steps = 0
+    with torch.inference_mode():
+        for _ in range(max_steps):
+            if not alive.any():
+                break
+            logp_all = torch.log_softmax(policy(torch.as_tensor(obs, device=device)), dim=-1)   # (n, A)
+            if greedy:
+                a = logp_all.argmax(-1)
+            else:
+                a = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+            obs_buf.append(obs)
+            act_buf.append(a)
+            logp_buf.append(logp_all)
+            mask_buf.append(alive.astype(np.float32))
+            o2, r, term, trunc = envs.step(a.cpu().numpy())
+            env_steps += int(alive.sum())
+            rew_buf.append(np.where(alive, r, 0.0).astype(np.float32))
+            done = alive & (np.asarray(term) | np.asarray(trunc))
+            truncated[done] = np.asarray(trunc)[done] & ~np.asarray(term)[done]
+            keep = alive.reshape((n,) + (1,) * (obs.ndim - 1))
+            obs = np.where(keep, np.asarray(o2, dtype=np.float32), obs)
+            alive = alive & ~done
+        actions = torch.stack(act_buf, 1)                                   # (N, T)
+        old_logp = torch.stack(logp_buf, 1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)   # (N, T)
+    actions, old_logp = actions.cpu().clone(), old_logp.cpu().clone()
+    truncated |= alive
+    mask = torch.as_tensor(np.stack(mask_buf, 1))
+    step_rewards = torch.as_tensor(np.stack(rew_buf, 1)) * mask
+    return Rollout(
+        actions=actions, mask=mask, old_logp=old_logp, rewards=step_rewards.sum(1), group_size=group_size,
+        inputs={"obs": torch.as_tensor(np.stack(obs_buf, 1))}, reward_parts={"return": step_rewards.sum(1)},
+        step_rewards=step_rewards, truncated=torch.as_tensor(truncated), num_env_steps=env_steps)

@@ -1,7 +1,7 @@
 """The GRPO trainer core: rollout -> group-relative advantages -> clipped loss -> optimizer step.
 
 Python 3.6 / torch 1.10 safe, imports torch and numpy only, so the same file trains on a Jetson Nano.
-Logging, progress bars, run folders and plots live outside the core (grpo_edge/trainer.py).
+Logging, progress bars, run folders and plots live outside the core (grpo_edge/training_run.py).
 
 One step, for a batch of B prompts / start states and G samples each (N = B * G):
 
@@ -23,17 +23,21 @@ import time
 import numpy as np
 import torch
 
+from grpo_edge.core import adam
 from grpo_edge.core import advantages as adv_lib
 from grpo_edge.core import distributed
+from grpo_edge.core import finite
 from grpo_edge.core import losses
+from grpo_edge.core import microbatch
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
+from grpo_edge.errors import ConfigError
 
 
 def resolve_device(name):
     if name in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
+        raise ConfigError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
     return torch.device(name)
 
 
@@ -56,6 +60,26 @@ def lr_lambda(schedule, warmup, total):
             return max(0.0, 1.0 - progress)
         return 0.5 * (1.0 + math.cos(math.pi * progress))      # cosine
     return f
+
+
+def mode_free(model):
+    """True when model.train() and model.eval() compute the same thing: only torch.nn / grpo-edge layers,
+    no dropout with p > 0, no batch or instance norm, no hooks (latent noise), no gradient checkpointing.
+    The trainer then skips switching modes twice per step (a walk over every module each time)."""
+    nn = torch.nn
+    for m in model.modules():
+        if m._forward_hooks or m._forward_pre_hooks or getattr(m, "checkpoint_interval", 0):
+            return False
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            if m.p > 0:
+                return False
+            continue
+        if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)):
+            return False
+        mod = type(m).__module__
+        if not (mod.startswith("torch.nn.") or mod.startswith("grpo_edge.core.models")):
+            return False
+    return True
 
 
 class MLPCritic(torch.nn.Module):
@@ -115,7 +139,7 @@ class Trainer(distributed.ShardedTrainerMixin):
             params = params + list(self.critic.parameters())
         self.optimizer = self._adam(params, self.lr)
         steps_total = int(self.t["steps"]) * max(1, self._optimizer_steps_per_update())
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+        self.scheduler = adam.LambdaSchedule(
             self.optimizer, lr_lambda(self.t.get("lr_schedule", "constant"), int(self.t.get("warmup_steps", 0)),
                                       steps_total))
         self.ref_policy = None
@@ -140,9 +164,12 @@ class Trainer(distributed.ShardedTrainerMixin):
         betas = (float(self.t.get("adam_beta1", 0.9)), float(self.t.get("adam_beta2", 0.99)))
         wd = float(self.t.get("weight_decay", 0.0))
         eps = float(self.t.get("adam_eps", 1e-8))
-        if wd > 0:
-            return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
-        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+        if self.t.get("amp", False) and self.device.type == "cuda":     # GradScaler drives torch.optim's
+            if wd > 0:
+                return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
+            return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
+        # multi-tensor Adam without torch.optim: no torch._dynamo import (seconds of start-up)
+        return adam.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, decoupled=wd > 0)
 
     def _build_critic(self):
         if self.task.kind == "control":
@@ -212,9 +239,10 @@ class Trainer(distributed.ShardedTrainerMixin):
         """One rollout batch and its updates. Returns a dict of metrics (floats)."""
         t0 = time.time()
         G = int(self.g["group_size"])
-        self.policy.eval()       # sample without dropout: old_logp then matches the deterministic policy
+        self._policy_mode(False)  # sample without dropout: old_logp then matches the deterministic policy
         ro = self._rollout(G)
         ro.to(self.device)
+        finite.check_rollout(ro, self.step + 1)
         t_rollout = time.time() - t0
         metrics = {"reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std())}
         for name, v in ro.reward_parts.items():
@@ -234,6 +262,7 @@ class Trainer(distributed.ShardedTrainerMixin):
                 ro.ref_logp, _ = self.task.logprobs(self.ref_policy, ro)
 
         stats = self._update(ro, keep) if len(keep) > 0 else {"skipped": 1.0}
+        finite.check_stats(stats, self.step + 1)
         metrics.update(stats)
         dt = time.time() - t0
         metrics.update({
@@ -252,7 +281,7 @@ class Trainer(distributed.ShardedTrainerMixin):
 
     def _update(self, ro, keep):
         g, t = self.g, self.t
-        self.policy.train()
+        self._policy_mode(True)
         mb_size = min(self._minibatch() // self.world_size, len(keep))
         accum = int(t.get("grad_accum_steps", 1))
         lam = float(g.get("grad_penalty_lambda", 0.0))
@@ -260,42 +289,15 @@ class Trainer(distributed.ShardedTrainerMixin):
         max_len = ro.mask.shape[1]
         agg = {}
         n_mb = 0
+        # micro-batches bound a minibatch's activation memory (grpo_edge/core/microbatch.py); the
+        # gradient penalty differentiates the whole minibatch's gradient norm, so it is not split
+        micro = 0 if lam > 0.0 else microbatch.micro_batch_size(self.policy, ro, t.get("micro_batch_mb", 128))
         self.optimizer.zero_grad()
         for _ in range(int(g.get("num_iterations", 1))):
             order = self._epoch_order(keep, mb_size)
             for start in range(0, len(order), mb_size):
-                idx = order[start:start + mb_size]
-                mb = ro.select(idx)
-                with self._autocast():
-                    logp, ent = self.task.logprobs(self.policy, mb)
-                logp, ent = logp.float(), ent.float()
-                mask = mb.mask_loss if hasattr(mb, "mask_loss") else ro.mask_loss[idx]
-                # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
-                loss, st = losses.policy_loss(
-                    logp, mb.old_logp, mb.advantages, mask, loss_type=g.get("loss_type", "grpo"),
-                    clip_eps=float(g.get("clip_eps", 0.2)), clip_eps_high=g.get("clip_eps_high"),
-                    importance_level=g.get("importance_level", "token"),
-                    ref_logp=getattr(mb, "ref_logp", None), beta=float(g.get("beta", 0.0)),
-                    kl_estimator=g.get("kl_estimator", "k3"), entropy=ent,
-                    entropy_coef=float(g.get("entropy_coef", 0.0)), max_len=max_len,
-                    num_tokens_total=num_tokens_total * len(idx) / max(1, len(keep)))
-                if self.critic is not None:
-                    values = self.task.values(self.critic, mb).float()
-                    vl = losses.value_loss(values, mb.returns, mask)
-                    loss = loss + float(g.get("vf_coef", 0.5)) * vl
-                    st["value_loss"] = float(vl.detach())
-                if lam > 0.0:
-                    pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
-                                                             float(g.get("target_grad_norm", 0.0)))
-                    loss = loss + pen
-                    st["grad_penalty"] = float(pen.detach())
-                    st["policy_grad_norm"] = gnorm_pre
-                st["loss"] = float(loss.detach())
-                scaled = loss / accum
-                if self.scaler is not None:
-                    self.scaler.scale(scaled).backward()
-                else:
-                    scaled.backward()
+                st = self._minibatch_backward(ro, order[start:start + mb_size], keep, accum, lam, max_len,
+                                              num_tokens_total, micro)
                 n_mb += 1
                 for k, v in st.items():
                     agg[k] = agg.get(k, 0.0) + v
@@ -308,18 +310,77 @@ class Trainer(distributed.ShardedTrainerMixin):
         out["optimizer_steps"] = float(n_opt)
         return out
 
+    def _policy_mode(self, training):
+        """policy.train(training), skipped for models where the mode changes nothing (mode_free, checked
+        on the first step: after gradient checkpointing and latent-noise hooks are set up)."""
+        if getattr(self, "_mode_free", None) is None:
+            self._mode_free = mode_free(self.policy)
+        if not self._mode_free:
+            self.policy.train(training)
+
+    def _minibatch_backward(self, ro, idx, keep, accum, lam, max_len, num_tokens_total, micro):
+        """Backward of one minibatch's loss, in micro-batches of `micro` samples (0 = whole); returns its
+        stats. The micro-batch losses are weighted (microbatch.weights) so their gradients add up to the
+        whole minibatch's."""
+        g = self.g
+        parts = microbatch.split(torch.arange(len(idx), device=idx.device), micro)
+        w_policy = microbatch.weights(parts, ro.mask_loss[idx], g.get("loss_type", "grpo"), True)
+        w_value = microbatch.weights(parts, ro.mask_loss[idx], "tokens")
+        out = {}
+        for part, wp, wv in zip(parts, w_policy, w_value):
+            mb = ro.select(idx[part])
+            with self._autocast():
+                logp, ent = self.task.logprobs(self.policy, mb)
+            logp, ent = logp.float(), ent.float()
+            mask = mb.mask_loss
+            # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
+            loss, st = losses.policy_loss(
+                logp, mb.old_logp, mb.advantages, mask, loss_type=g.get("loss_type", "grpo"),
+                clip_eps=float(g.get("clip_eps", 0.2)), clip_eps_high=g.get("clip_eps_high"),
+                importance_level=g.get("importance_level", "token"),
+                ref_logp=getattr(mb, "ref_logp", None), beta=float(g.get("beta", 0.0)),
+                kl_estimator=g.get("kl_estimator", "k3"), entropy=ent,
+                entropy_coef=float(g.get("entropy_coef", 0.0)), max_len=max_len,
+                num_tokens_total=num_tokens_total * len(idx) / max(1, len(keep)))
+            loss = wp * loss
+            if self.critic is not None:
+                values = self.task.values(self.critic, mb).float()
+                vl = losses.value_loss(values, mb.returns, mask)
+                loss = loss + wv * float(g.get("vf_coef", 0.5)) * vl
+                st["value_loss"] = float(vl.detach())
+            if lam > 0.0:                                  # one part only (micro is 0), wp == 1
+                pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
+                                                         float(g.get("target_grad_norm", 0.0)))
+                loss = loss + pen
+                st["grad_penalty"] = float(pen.detach())
+                st["policy_grad_norm"] = gnorm_pre
+            share = len(part) / float(len(idx))
+            for k, v in st.items():
+                out[k] = out.get(k, 0.0) + share * v
+            out["loss"] = out.get("loss", 0.0) + float(loss.detach())
+            scaled = loss / accum
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+        return out
+
     def _optimizer_step(self):
         clip = float(self.t.get("grad_norm_clip", 1.0))
         params = [p for grp in self.optimizer.param_groups for p in grp["params"] if p.grad is not None]
         distributed.average_gradients(params)      # no-op in one process
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        norm = adam.clip_grad_norm(params, clip)
+        if self.scaler is None and not math.isfinite(float(norm)):    # (AMP's scaler skips such steps itself)
+            self.optimizer.zero_grad()
+            finite.check_grad_norm(norm, self.step + 1)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
+        finite.check_parameters(params, self.step + 1)
         self.scheduler.step()
         self.optimizer.zero_grad()
         return float(norm)
@@ -340,6 +401,8 @@ class Trainer(distributed.ShardedTrainerMixin):
             for batch in self.task.warm_start_batches(int(self.t["batch_size"]), self.generator):
                 with self._autocast():
                     loss = self.task.supervised_loss(self.policy, batch)
+                if not math.isfinite(float(loss.detach())):
+                    finite.check_stats({"loss": float(loss.detach())}, 0)
                 opt.zero_grad()
                 loss.float().backward()
                 clip = float(self.t.get("grad_norm_clip", 1.0))

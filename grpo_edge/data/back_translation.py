@@ -20,7 +20,7 @@ REVERSE_MODEL_DEFAULTS = {"d_model": 64, "nhead": 4, "num_layers": 2, "dim_feedf
 def read_mono(path: str, lang: str, check_language) -> List[str]:
     """Non-blank lines of a UTF-8 file of `lang` text; `check_language(text, lang, where)` raises on a bad line."""
     import os
-    from grpo_edge.data.bilingual import read_lines
+    from grpo_edge.data.text_files import read_lines
     if not os.path.isfile(path):
         raise GrpoEdgeError("mono path %s does not exist" % path)
     out = []

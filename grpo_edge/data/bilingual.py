@@ -21,6 +21,7 @@ import torch
 
 from grpo_edge.core.tokenizer import PAD, CharTokenizer
 from grpo_edge.data.back_translation import read_mono, synthetic_pairs
+from grpo_edge.data.text_files import read_lines
 from grpo_edge.data.zh_numbers import number_pairs
 from grpo_edge.errors import ConfigError, GrpoEdgeError
 
@@ -56,18 +57,6 @@ def _check_mono(text: str, lang: str, where: str) -> None:
         raise GrpoEdgeError("%s: monolingual text %r has no Chinese characters but tgt_lang='zh'" % (where, text[:40]))
     if lang == "en" and has_cjk(text):
         raise GrpoEdgeError("%s: monolingual text %r holds Chinese characters but tgt_lang='en'" % (where, text[:40]))
-
-
-def read_lines(path: str) -> List[str]:
-    """The lines of a UTF-8 text file (a BOM is allowed); a one-line error if it is not UTF-8."""
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        return data.decode("utf-8-sig").splitlines()
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise GrpoEdgeError("%s:%d: not UTF-8 text (byte 0x%02x); re-save the file as UTF-8"
-                            % (path, line, data[e.start])) from None
 
 
 def read_pairs(path: str, src_lang: str = "zh", tgt_lang: str = "en") -> List[Pair]:

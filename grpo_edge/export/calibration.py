@@ -13,24 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_edge.errors import CheckpointError, ExportError
+from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_bytes
+from grpo_edge.tasks import task_from_state
 
 DEFAULT_N = 512
-
-
-def task_from_state(state: dict, seed: int = 0):
-    """Rebuild the task a checkpoint was trained on (name from state["task"], config from state["config"])."""
-    from grpo_edge.tasks import get_task
-    name = state.get("task") or (state.get("config", {}).get("task", {}) or {}).get("name")
-    if not name:
-        raise CheckpointError("checkpoint names no task: cannot rebuild it")
-    cfg = dict((state.get("config", {}) or {}).get("task", {}) or {})
-    try:
-        return get_task(name, cfg, seed=seed)
-    except Exception as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError("cannot rebuild task %r from the checkpoint (%s)" % (name, msg[:200]))
 
 
 def task_inputs(task, n: int, policy=None) -> np.ndarray:
@@ -115,6 +102,8 @@ def checkpoint2calibration(checkpoint, out_path, n: int = DEFAULT_N, seed: int =
         raise ExportError("%s: %s has a multi-input runtime function; pass an .npz with one array per input"
                           % (checkpoint, state["arch"]))
     task = task_from_state(state, seed=seed)
+    from grpo_edge.core.checkpoint import check_fits_task
+    check_fits_task(model, task, checkpoint)
     x = task_inputs(task, n, policy=model if use_policy else None)
     want = spec.example_inputs[0]
     if tuple(x.shape[1:]) != tuple(want.shape[1:]):

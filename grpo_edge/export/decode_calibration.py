@@ -59,7 +59,7 @@ def record_decoding(cfg: dict, functions: dict, prompts, n: int) -> dict:
 
     The encoder of a seq2seq model runs once per prompt, so it gets its own n prompts (no decoding needed).
     """
-    from grpo_edge.targets.rpi_textgen import TextGenerator
+    from grpo_edge.runtime.textgen import TextGenerator
     feeds = {}
 
     def record(part, feed):
@@ -158,7 +158,7 @@ def decode_calibration(cfg: dict, functions: dict, task, out_path, n: int, sourc
 def checkpoint2decode_calibration(checkpoint, out_path, n: int = 512, seed: int = 0) -> dict:
     """Feed sets for a text checkpoint, decoded with the torch export functions (no ONNX file needed)."""
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     model, state = load_policy(checkpoint)
     model.eval()
     task = task_from_state(state, seed=seed)

@@ -53,6 +53,7 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
       calibration samples, with ORT optimizations off (reference arithmetic) and on (this CPU's kernels).
     """
     from grpo_edge.export.onnx_utils import io_specs, load_onnx
+    from grpo_edge.export.validate import check_calibration
     if method not in METHODS:
         raise ExportError("calibration method must be one of %s, got %r" % ("|".join(METHODS), method))
     if activations not in ACTIVATIONS:
@@ -63,7 +64,7 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     model = load_onnx(onnx_path)
     specs = io_specs(model, "input")
     data, src = _load_calibration(calibration, specs)
-    _check_calibration(data, specs, src, onnx_path)
+    check_calibration(data, specs, src, onnx_path)
     if isinstance(data, list):           # only the inputs the graph has (a recorder may feed more)
         data = [dict((s["name"], f[s["name"]]) for s in specs) for f in data]
     n = len(data) if isinstance(data, list) else len(next(iter(data.values())))
@@ -114,11 +115,13 @@ def _batches(data, specs):
         axes = {s["name"]: next((i for i, d in enumerate(s["shape"]) if "batch" in str(d).lower()), None)
                 for s in specs}
         return group_feeds(data, axes)
-    batch_dynamic = all(not isinstance(s["shape"][0], int) or s["shape"][0] <= 0 for s in specs if s["shape"])
+    firsts = [s["shape"][0] for s in specs if s["shape"]]
+    fixed = firsts[0] if firsts and all(isinstance(f, int) and f > 0 and f == firsts[0] for f in firsts) else 0
     n = len(next(iter(data.values())))
-    # ORT's calibrators stack per-batch outputs: every batch must have the same size.
-    step = max(b for b in range(1, 33) if n % b == 0) if batch_dynamic else 1
-    return [{k: v[i:i + step] for k, v in data.items()} for i in range(0, n, step)]
+    # ORT's calibrators stack per-batch outputs: every batch must have the same size. A model exported
+    # with a fixed batch size gets exactly that many samples per run (a remainder is left out).
+    step = fixed or max(b for b in range(1, 33) if n % b == 0)
+    return [{k: v[i:i + step] for k, v in data.items()} for i in range(0, n - n % step, step)]
 
 
 def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types=None, activations="int8"):
@@ -227,44 +230,6 @@ def _load_calibration(calibration, specs):
                       % type(calibration).__name__)
 
 
-def _check_feeds(feeds, specs, src, onnx_path):
-    """Every feed holds every input with its dtype, rank and static dims (dynamic dims may vary)."""
-    for i, f in enumerate(feeds):
-        for s in specs:
-            if s["name"] not in f:
-                raise ExportError("calibration %s: feed %d lacks input %r of %s" % (src, i, s["name"], onnx_path))
-            a = f[s["name"]]
-            ok = a.dtype == np.dtype(s["dtype"]) and a.ndim == len(s["shape"]) and all(
-                not isinstance(d, int) or d <= 0 or d == got for d, got in zip(s["shape"], a.shape))
-            if not ok:
-                raise ExportError("calibration %s feed %d does not fit %s input %r: expected (%s) %s, found %s %s"
-                                  % (src, i, onnx_path, s["name"], ", ".join(str(d) for d in s["shape"]),
-                                     s["dtype"], tuple(a.shape), a.dtype))
-
-
-def _check_calibration(data, specs, src, onnx_path):
-    if isinstance(data, list):
-        return _check_feeds(data, specs, src, onnx_path)
-    if "?" in data:
-        raise ExportError("%s: one array given, but %s has %d inputs %s"
-                          % (src, onnx_path, len(specs), [s["name"] for s in specs]))
-    counts = set()
-    for s in specs:
-        a = data[s["name"]]
-        want = "(%s) %s" % (", ".join(str(d) for d in s["shape"]), s["dtype"])
-        found = "%s %s" % (tuple(a.shape), a.dtype)
-        ok = a.dtype == np.dtype(s["dtype"]) and a.ndim == len(s["shape"]) and a.ndim >= 1 and a.shape[0] > 0
-        if ok:
-            ok = all(not isinstance(d, int) or d <= 0 or d == got
-                     for d, got in list(zip(s["shape"], a.shape))[1:])
-        if not ok:
-            raise ExportError("calibration %s does not fit %s input %r: expected %s, found %s"
-                              % (src, onnx_path, s["name"], want, found))
-        counts.add(a.shape[0])
-    if len(counts) > 1:
-        raise ExportError("calibration %s: inputs have different sample counts %s" % (src, sorted(counts)))
-
-
 def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512) -> dict:
     """int8-vs-fp32 errors on `data` ({input: array}): max/mean |diff| of the first output and, when it
     looks like logits (last dim > 1), the fraction of samples whose argmax agrees."""
@@ -278,13 +243,13 @@ def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512
         a = np.concatenate([x.reshape(-1, x.shape[-1]) for x in a])
         b = np.concatenate([x.reshape(-1, x.shape[-1]) for x in b])
         return _errors(a, b, min(limit, len(data)), optimize)
+    from grpo_edge.export.onnx_utils import batches_of, fixed_batch
     n = min(limit, len(next(iter(data.values()))))
-    feed = {k: v[:n] for k, v in data.items()}
-    try:
-        a, b = s32.run(None, feed)[0], s8.run(None, feed)[0]
-    except Exception:  # fixed batch 1: run one sample at a time
-        a = np.concatenate([s32.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
-        b = np.concatenate([s8.run(None, {k: v[i:i + 1] for k, v in feed.items()})[0] for i in range(n)])
+    batch = fixed_batch(fp32_path) or n
+    n -= n % batch                       # a fixed-batch model runs whole batches only
+    feeds = batches_of({k: v[:n] for k, v in data.items()}, batch)
+    a = np.concatenate([s32.run(None, f)[0] for f in feeds])
+    b = np.concatenate([s8.run(None, f)[0] for f in feeds])
     return _errors(a, b, n, optimize)
 
 

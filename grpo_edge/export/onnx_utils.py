@@ -31,6 +31,8 @@ def load_onnx(path):
         onnx.checker.check_model(model)
     except Exception as e:
         raise ExportError("%s fails the ONNX checker (%s)" % (path, _first_line(e)))
+    from grpo_edge.export.validate import check_qdq_scales
+    check_qdq_scales(model, path)
     return model
 
 
@@ -57,45 +59,68 @@ def opset_of(model) -> int:
 
 def session(path, optimize=True, threads=1):
     """An onnxruntime CPU InferenceSession of a file path or serialized model bytes. optimize=False runs
-    the graph as written (no fusions).
+    the graph as written (no fusions): grpo_edge.runtime.ort_session, the set-up the device runners use,
+    with a load failure as a one-line ExportError.
 
     Why the switch: on x86 CPUs without VNNI, ORT's fused int8 kernels (u8s8 via AVX2) can saturate
     and lose accuracy; with optimizations disabled a QDQ model runs as DequantizeLinear -> fp32 op ->
     QuantizeLinear, i.e. exactly the quantization that the model describes (see export/onnx2int8.py).
     """
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    from grpo_edge.runtime.ort_session import ort_session
     try:
-        return ort.InferenceSession(path if isinstance(path, bytes) else str(path), so,
-                                    providers=["CPUExecutionProvider"])
+        return ort_session(path, reference=not optimize, threads=threads)
     except Exception as e:
         raise ExportError("onnxruntime cannot load %s (%s)" % ("the model" if isinstance(path, bytes) else path,
                                                                _first_line(e)))
 
 
+def fixed_batch(model) -> int:
+    """The batch size an ONNX model's inputs are fixed to (the first dimension of its graph inputs, when
+    every one of them is a number, as `torch.onnx.export` writes by default), or 0 when it is dynamic."""
+    import onnx
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model), load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    firsts = []
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if not dims:
+            return 0
+        firsts.append(dims[0].dim_value if dims[0].HasField("dim_value") else 0)
+    return firsts[0] if firsts and all(f > 0 and f == firsts[0] for f in firsts) else 0
+
+
+def batches_of(data: dict, batch: int):
+    """Slices of stacked samples ({input: array}) of `batch` samples each, for running a model."""
+    n = len(next(iter(data.values())))
+    return [{k: v[i:i + batch] for k, v in data.items()} for i in range(0, n, batch)]
+
+
 def tensor_values(path, data: dict, names, batch: int = 256) -> Dict[str, np.ndarray]:
     """Run the ONNX model at `path` on `data` ({input: array}, stacked samples) and return the values of
-    the intermediate tensors `names` (graph outputs added in memory; graph optimizations off)."""
+    the intermediate tensors `names` (graph outputs added in memory; graph optimizations off). A model
+    exported with a fixed batch size is fed that many samples per run."""
     import onnx
     m = onnx.load(str(path))
+    n = len(next(iter(data.values())))
+    fixed = fixed_batch(m)
+    if fixed:          # whole batches: the last one padded with copies of the last sample, trimmed after
+        batch = fixed
+        pad = -n % fixed
+        data = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) if pad else v for k, v in data.items()}
     have = {o.name for o in m.graph.output}
     for name in names:
         if name not in have:
             m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
     sess = session(m.SerializeToString(), optimize=False)
-    n = len(next(iter(data.values())))
     got = {name: [] for name in names}
-    for i in range(0, n, batch):
-        outs = dict(zip([o.name for o in sess.get_outputs()],
-                        sess.run(None, {k: v[i:i + batch] for k, v in data.items()})))
+    for feed in batches_of(data, batch):
+        outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
         for name in names:
             got[name].append(outs[name])
-    return {name: np.concatenate(v) for name, v in got.items()}
+    return {name: np.concatenate(v)[:n] for name, v in got.items()}
 
 
 def count_macs(model, batch: int = 1, dims: Dict[str, int] = None) -> int:
@@ -154,3 +179,15 @@ def count_macs(model, batch: int = 1, dims: Dict[str, int] = None) -> int:
 def _first_line(e) -> str:
     s = str(e).strip()
     return (s.splitlines()[0] if s else type(e).__name__)[:300]
+
+
+def completion_macs(cfg: dict, fp32_files: dict, new_tokens: int) -> list:
+    """MACs of each model call of one batch-1 completion with `new_tokens` tokens (EOS included)."""
+    new = max(1, int(new_tokens))
+    if cfg["arch"] == "micro-gpt":
+        m = load_onnx(fp32_files["model"])
+        return [count_macs(m, 1, {"past_len": t}) for t in range(cfg["input_len"] + new - 1)]
+    s = cfg["input_len"]
+    enc, dec = load_onnx(fp32_files["encoder"]), load_onnx(fp32_files["decoder_step"])
+    return [count_macs(enc, 1, {"src_len": s})] + [count_macs(dec, 1, {"src_len": s, "tgt_len": t})
+                                                   for t in range(1, new + 1)]

@@ -24,6 +24,9 @@ from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_bytes
 
 
+OPSETS = (13, 20)           # 13: QuantizeLinear's per-channel axis; 20: torch's TorchScript exporter maximum
+
+
 def torch2onnx(model, out_path, batch_size: int = 1, opset: int = 17, check: bool = True, simplify: bool = True,
                atol: float = 1e-4, dynamo: bool = False) -> dict:
     """Export `model.export_spec(batch_size)` to ONNX at `out_path`; returns an info dict.
@@ -36,6 +39,9 @@ def torch2onnx(model, out_path, batch_size: int = 1, opset: int = 17, check: boo
     path, size_bytes, inputs, outputs, macs, max_abs_diff, simplified.
     """
     import torch
+    if not isinstance(opset, int) or not OPSETS[0] <= opset <= OPSETS[1]:
+        raise ExportError("opset must be %d-%d, got %r (%d: per-channel int8 Q/DQ; %d: the newest the TorchScript "
+                          "exporter writes)" % (OPSETS + (opset,) + OPSETS))
     if not hasattr(model, "export_spec"):
         raise ExportError("%s has no export_spec(); only grpo-edge models can be exported" % type(model).__name__)
     specs = model.export_spec(batch_size=batch_size)

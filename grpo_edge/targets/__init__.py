@@ -14,8 +14,14 @@ FAMILY_MODULES = {"rpi": "grpo_edge.targets.rpi", "esp32": "grpo_edge.targets.es
                   "jetson": "grpo_edge.targets.jetson"}
 
 
-def deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):
-    """Deploy a checkpoint (or an ONNX model) to the named target; returns the Report (also written)."""
+def deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None, force=False):
+    """Deploy a checkpoint (or an ONNX model) to the named target; returns the Report (also written).
+    The folder is built aside and published at the end (targets/contract.py: manifest, edited files kept)."""
+    from grpo_edge.targets.contract import deploy_into_folder
+    return deploy_into_folder(_deploy, target, checkpoint, onnx, out_dir, options, force)
+
+
+def _deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):
     from grpo_edge.targets.profiles import load_profile
     profile = load_profile(target)                                   # unknown target -> lists the known ones
     if (checkpoint is None) == (onnx is None):

@@ -21,10 +21,12 @@ from grpo_edge.errors import ExportError, TargetError
 EVAL_SEED = 4242          # evaluation states come from another seed than the calibration set
 ACTIVATIONS = ("auto", "int8", "int16")
 MIN_AGREEMENT = 0.99
+OPTIONS = ("calibration", "calibration_samples", "method", "activations", "weight_rounding", "min_agreement")
 
 
 def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bool):
-    """Returns (quantized onnx path, esp32 options). A plain ONNX source must already be quantized (QDQ)."""
+    """Returns (quantized onnx path, esp32 options). An ONNX source is used as it is when already quantized
+    (QDQ), else quantized with options['calibration']."""
     options = dict(options)
     calib = options.pop("calibration", None)
     n_calib = int(options.pop("calibration_samples", 512))
@@ -35,11 +37,12 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     if activations not in ACTIVATIONS:
         raise TargetError("option activations must be one of %s, got %r" % ("|".join(ACTIVATIONS), activations))
     if not from_checkpoint:
-        return source, options
+        return _prepare_onnx(source, out_dir, options, calib, activations, rounding, method, min_agreement)
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import (checkpoint2calibration, load_calibration, task_from_state,
-                                              task_inputs)
+    from grpo_edge.tasks import task_from_state
+    from grpo_edge.export.calibration import checkpoint2calibration, load_calibration, task_inputs
     from grpo_edge.export.torch2onnx import torch2onnx
+    from grpo_edge.targets.contract import check_calibration
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model, state = load_policy(source)
@@ -49,6 +52,7 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
         calib = out_dir / "calibration.npz"
         checkpoint2calibration(source, calib, n=n_calib)
     data = load_calibration(calib)
+    check_calibration(data, calib)
     choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
     options.setdefault("fp32_onnx", str(fp32))
     options.setdefault("prefix", str(state.get("task", "model")).replace("-", "_"))
@@ -58,6 +62,39 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
         options["eval_inputs"] = np.asarray(task_inputs(task, 1000, policy=model), dtype=np.float32)
     if options.get("task") is None and getattr(task, "kind", None) == "control":
         options["task"] = task            # closed-loop score of the integer model (control tasks: fast)
+    return Path(choice["chosen_path"]), options
+
+
+def is_qdq(path) -> bool:
+    """True when the ONNX model at `path` is already quantized (holds QuantizeLinear / DequantizeLinear)."""
+    from grpo_edge.export.onnx_utils import load_onnx
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in load_onnx(path).graph.node)
+
+
+def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method, min_agreement):
+    """An ONNX source: a QDQ model goes on as it is; an fp32 one is quantized with the given calibration set,
+    chosen as for a checkpoint (decision agreement measured on the calibration inputs)."""
+    import shutil
+    from grpo_edge.export.calibration import load_calibration
+    from grpo_edge.targets.contract import check_calibration
+    from grpo_edge.targets.esp32.deploy import default_prefix
+    if is_qdq(source):
+        return source, options
+    if calib is None:
+        raise TargetError("%s is an fp32 ONNX model: give --calibration (.npy or .npz) to quantize it for the "
+                          "ESP32, or pass an int8 QDQ model" % source)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fp32 = out_dir / "model.onnx"
+    shutil.copyfile(str(source), str(fp32))
+    data = load_calibration(calib)
+    check_calibration(data, calib)
+    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
+    options.setdefault("fp32_onnx", str(fp32))
+    options.setdefault("prefix", default_prefix(source))
+    options.setdefault("quantization", choice)
+    x = _single_input(data)
+    if options.get("eval_inputs") is None and x is not None:
+        options["eval_inputs"] = np.asarray(x, dtype=np.float32)     # the calibration inputs (no task here)
     return Path(choice["chosen_path"]), options
 
 

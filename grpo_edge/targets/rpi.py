@@ -11,20 +11,24 @@ energy from the profile (labelled as estimates).
 """
 import json
 import shutil
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from grpo_edge import runtime
 from grpo_edge.errors import TargetError
+from grpo_edge.targets.contract import check_calibration, check_options, family_profile
+from grpo_edge.targets.pi_folder import choose_model, run_runner
 from grpo_edge.report import Report, atomic_write_text
 
 DEFAULTS = {"calibration": None, "calibration_samples": 512, "method": "minmax", "per_channel": True,
             "runs": 1000, "warmup": 100, "eval_n": 0, "min_retention": 0.99, "tolerance": 1e-4, "task": None,
             "seed": 0, "min_agreement": 0.99, "text_runs": 100, "text_warmup": 10, "op_types": None}
+OPTIONS = tuple(DEFAULTS)                           # what `deploy --option` takes (checked by targets.contract)
 TEXT_ARCHS = ("micro-gpt", "tiny-transformer")     # generation models: deployed by rpi_text (runner decodes text)
-RUNNER = Path(__file__).with_name("rpi_runner.py")
+RUNTIME = {"runner.py": "pi_runner", "ort_session.py": "ort_session"}   # grpo_edge/runtime modules shipped as-is
 
 
 def deploy(source, profile, out_dir, options=None) -> Report:
@@ -38,18 +42,9 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     rpi_text.py): min_agreement (runner vs torch greedy completions), text_runs / text_warmup (completions
     timed), op_types (ops int8 quantizes; default MatMul/Gemm for text, every op otherwise).
     """
-    from grpo_edge.export.calibration import builtin_calibration, load_calibration, task_inputs
-    from grpo_edge.export.onnx2int8 import onnx2int8
-    from grpo_edge.export.onnx_utils import count_macs, io_specs, load_onnx
-    from grpo_edge.targets.profiles import load_profile
-
+    prof = family_profile(profile, "rpi", "a Raspberry Pi")
+    check_options(prof, options or {}, DEFAULTS)
     opts = dict(DEFAULTS, **(options or {}))
-    unknown = sorted(set(opts) - set(DEFAULTS))
-    if unknown:
-        raise TargetError("unknown rpi deploy options %s (known: %s)" % (unknown, ", ".join(sorted(DEFAULTS))))
-    prof = profile if isinstance(profile, dict) else load_profile(profile)
-    if prof.get("family") != "rpi":
-        raise TargetError("target %s is not a Raspberry Pi (rpi4, rpi5)" % prof["name"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rep = Report(title="grpo-edge deploy: %s" % prof.get("display_name", prof["name"]), target=prof["name"])
@@ -59,6 +54,41 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     if state is not None and state["arch"] in TEXT_ARCHS:
         from grpo_edge.targets.rpi_text import deploy_text
         return _finish(deploy_text(model, task, state, source, prof, out, opts, rep), out)
+    art = _export(source, model, state, out, rep)
+    calib, calib_src = _calibration(source, opts, task, model, art.inputs)
+    qinfo = _quantize(art, calib, calib_src, opts, rep)
+    sample = _write_folder(out, calib)
+    sim = _simulate(out, model, sample, art, opts, rep)
+    lat = _measure_latency(out, art, opts, rep)
+    keep = _task_metrics(task, model, art, opts["eval_n"], rep)
+    _choose(out, keep, lat, art, prof, source, opts, rep)
+    _estimate(art, prof, rep)
+    rep.sections["simulation"] = sim
+    rep.sections["quantization"] = {k: qinfo[k] for k in ("method", "per_channel", "reduce_range", "num_samples",
+                                                         "format", "errors")}
+    rep.notes += [
+        "Device figures are ESTIMATES: latency = call_overhead_s + MACs / effective MAC rate of one core; "
+        "energy = active_power_w x estimated latency (board power); every input figure and its source is in "
+        "targets/%s.yaml. On the Pi, `python3 runner.py --bench` measures instead%s; "
+        "`python3 runner.py --choose` re-picks fp32/int8 by latency measured there." % (
+            prof["name"], " and reads power with vcgencmd pmic_read_adc" if prof["name"] == "rpi5" else
+            " (the Pi 4 has no power sensor: use a USB meter)"),
+    ]
+    return _finish(rep, out)
+
+
+@dataclass
+class _Artifacts:
+    """The fp32 model in the folder (and where its int8 version goes), its graph and its input specs."""
+    fp32: Path
+    int8: Path
+    graph: Any
+    inputs: list
+
+
+def _export(source, model, state, out, rep) -> _Artifacts:
+    """model.onnx from the checkpoint (torch2onnx, parity checked) or a copy of the given ONNX file."""
+    from grpo_edge.export.onnx_utils import io_specs, load_onnx
     fp32_path, int8_path = out / "model.onnx", out / "model.int8.onnx"
     if model is not None:
         from grpo_edge.export.torch2onnx import torch2onnx
@@ -75,11 +105,16 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                               "the tokenizer and the decoding loop)" % source)
         shutil.copyfile(str(source), str(fp32_path))
     m32 = load_onnx(fp32_path)
-    inputs = io_specs(m32, "input")
+    return _Artifacts(fp32_path, int8_path, m32, io_specs(m32, "input"))
 
-    # calibration: user file > the task's inputs (states the policy visits) > the shipped set
+
+def _calibration(source, opts, task, model, inputs):
+    """-> ({input name: array}, where it came from): the user's file > the task's inputs (states the policy
+    visits) > the shipped set for options['task']."""
+    from grpo_edge.export.calibration import builtin_calibration, load_calibration, task_inputs
     if opts["calibration"]:
         calib, calib_src = load_calibration(opts["calibration"]), str(opts["calibration"])
+        check_calibration(calib, calib_src)
     elif task is not None:
         x = task_inputs(task, opts["calibration_samples"], policy=model)
         calib = x if isinstance(x, dict) else {inputs[0]["name"]: x.astype(np.float32)}
@@ -92,24 +127,35 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         raise TargetError("%s: no calibration data: pass options['calibration'] (an .npz/.npy) or a task" % source)
     if len(inputs) == 1 and len(calib) == 1:
         calib = {inputs[0]["name"]: next(iter(calib.values()))}
-    qinfo = onnx2int8(fp32_path, calib, int8_path, method=opts["method"], per_channel=opts["per_channel"],
+    return calib, calib_src
+
+
+def _quantize(art, calib, calib_src, opts, rep) -> dict:
+    """model.int8.onnx (onnx2int8); its calibration and warnings go to the report's notes."""
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    qinfo = onnx2int8(art.fp32, calib, art.int8, method=opts["method"], per_channel=opts["per_channel"],
                       op_types=opts["op_types"])
     rep.notes += ["calibration: %s, method %s, %d samples; %s" % (calib_src, qinfo["method"], qinfo["num_samples"],
                                                                    qinfo["format"])] + qinfo["warnings"]
+    return qinfo
 
-    # the folder a user copies to the Pi
-    shutil.copyfile(str(RUNNER), str(out / "runner.py"))
-    (out / "runner.py").chmod(0o755)
+
+def _write_folder(out, calib) -> dict:
+    """The folder a user copies to the Pi: runtime files, requirements, sample inputs; -> the sample."""
+    runtime.ship(out, RUNTIME)
     atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
     sample = {k: v[:64] for k, v in calib.items()}
     np.save(str(out / "sample_inputs.npy"), next(iter(sample.values())))
+    return sample
 
-    # simulation: the shipped runner on this host reproduces the checkpoint's outputs
-    ref = _reference_outputs(model, sample, fp32_path)
+
+def _simulate(out, model, sample, art, opts, rep) -> dict:
+    """The shipped runner on this host reproduces the checkpoint's outputs (fp32 within tolerance)."""
+    ref = _reference_outputs(model, sample, art.fp32)
     np.save(str(out / "expected_outputs.npy"), ref)
     sim = {}
-    for tag, path, reference in (("fp32", fp32_path, False), ("int8", int8_path, True)):
-        got = np.asarray(_run_runner(out, ["--model", path.name, "--input", "sample_inputs.npy", "--json"]
+    for tag, path, reference in (("fp32", art.fp32, False), ("int8", art.int8, True)):
+        got = np.asarray(run_runner(out, ["--model", path.name, "--input", "sample_inputs.npy", "--json"]
                                      + (["--reference"] if reference else []))["outputs"], dtype=np.float64)
         sim[tag] = {"max_abs_diff": float(np.max(np.abs(got - ref))),
                     "action_agreement": float(np.mean(got.argmax(-1) == ref.argmax(-1))) if ref.ndim >= 2 else None}
@@ -126,60 +172,48 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                 "argmax of runner --reference outputs vs %s" % ref_src)
     if sim["fp32"]["max_abs_diff"] > opts["tolerance"]:
         raise TargetError("%s: the fp32 artifact differs from the %s by %.3g (> %.0e)"
-                          % (fp32_path, ref_src, sim["fp32"]["max_abs_diff"], opts["tolerance"]))
+                          % (art.fp32, ref_src, sim["fp32"]["max_abs_diff"], opts["tolerance"]))
+    return sim
 
-    # host latency with the shipped runner (ORT optimizations on, as on the device)
+
+def _measure_latency(out, art, opts, rep) -> dict:
+    """Host latency with the shipped runner (ORT optimizations on, as on the device), and file sizes;
+    -> {"fp32": median s, "int8": median s}."""
     lat = {}
-    for tag, path in (("fp32", fp32_path), ("int8", int8_path)):
-        b = _run_runner(out, ["--model", path.name, "--bench", "--runs", str(opts["runs"]), "--warmup",
+    for tag, path in (("fp32", art.fp32), ("int8", art.int8)):
+        b = run_runner(out, ["--model", path.name, "--bench", "--runs", str(opts["runs"]), "--warmup",
                               str(opts["warmup"]), "--json"])["bench"]
         lat[tag] = b["latency_median_s"]
         rep.add("host_latency_%s_s" % tag, b["latency_median_s"], "s", b["how"],
                 "runner.py --bench on %s, onnxruntime %s, 1 thread, %d runs after %d warm-up, median"
                 % (b["machine"], b["onnxruntime"], b["runs"], b["warmup"]))
-    for tag, path in (("fp32", fp32_path), ("int8", int8_path)):
+    for tag, path in (("fp32", art.fp32), ("int8", art.int8)):
         rep.add("size_%s_bytes" % tag, path.stat().st_size, "B", "exact", path.name)
+    return lat
 
-    # task metric: torch vs fp32 vs int8 (reference arithmetic and this CPU's ORT kernels)
-    metrics = _task_metrics(task, model, fp32_path, int8_path, opts["eval_n"]) if task is not None else {}
-    for k, v in metrics.items():
-        rep.add("metric_%s" % k, v, task.metric_name, "measured-host",
-                "%s.evaluate (%s), greedy; %s" % (type(task).__name__, task.metric_name, _METRIC_HOW[k]))
-    keep = None
-    if "onnx_fp32" in metrics and "onnx_int8" in metrics:
-        from grpo_edge.bench.runtime import retention
-        keep = retention(metrics["onnx_int8"], metrics["onnx_fp32"], getattr(task, "higher_is_better", True))
-        rep.add("int8_metric_retention", keep, "fraction", "measured-host",
-                "metric_onnx_int8 / metric_onnx_fp32")
 
-    chosen, why = _choose(keep, lat, opts["min_retention"])
+def _choose(out, keep, lat, art, prof, source, opts, rep) -> None:
+    """fp32 or int8 by the measurements (choose_model); written to deploy.json for the runner."""
+    from grpo_edge.export.onnx_utils import io_specs
+    chosen, why = choose_model(keep, lat, opts["min_retention"])
     rep.sections["choice"] = {"chosen": chosen, "why": why}
     deploy_cfg = {"chosen": chosen, "why": why, "int8_allowed": bool(keep is not None and keep >= opts["min_retention"]),
-                  "inputs": inputs, "outputs": io_specs(m32, "output"),
+                  "inputs": art.inputs, "outputs": io_specs(art.graph, "output"),
                   "target": prof["name"], "source": str(source), "tolerance_fp32": opts["tolerance"]}
     atomic_write_text(out / "deploy.json", json.dumps(deploy_cfg, indent=2))
 
-    # device estimates from the profile (never measurements)
+
+def _estimate(art, prof, rep) -> None:
+    """Device latency and energy from the profile and the MAC count (estimates, never measurements)."""
+    from grpo_edge.export.onnx_utils import count_macs
     from grpo_edge.targets.profiles import estimate_energy, estimate_latency
-    macs = count_macs(m32, batch=1)
+    macs = count_macs(art.graph, batch=1)
     rep.add("macs_per_inference", macs, "MAC", "exact", "count_macs(model.onnx): MatMul/Gemm/Conv at batch 1")
     for tag in ("fp32", "int8"):
         e = estimate_latency(prof, macs, tag)
         rep.add("device_latency_%s_s" % tag, e["value"], "s", "estimated", e["source"])
         en = estimate_energy(prof, e["value"], "device_latency_%s_s" % tag)
         rep.add("device_energy_%s_j" % tag, en["value"], "J", "estimated", en["source"])
-    rep.sections["simulation"] = sim
-    rep.sections["quantization"] = {k: qinfo[k] for k in ("method", "per_channel", "reduce_range", "num_samples",
-                                                         "format", "errors")}
-    rep.notes += [
-        "Device figures are ESTIMATES: latency = call_overhead_s + MACs / effective MAC rate of one core; "
-        "energy = active_power_w x estimated latency (board power); every input figure and its source is in "
-        "targets/%s.yaml. On the Pi, `python3 runner.py --bench` measures instead%s; "
-        "`python3 runner.py --choose` re-picks fp32/int8 by latency measured there." % (
-            prof["name"], " and reads power with vcgencmd pmic_read_adc" if prof["name"] == "rpi5" else
-            " (the Pi 4 has no power sensor: use a USB meter)"),
-    ]
-    return _finish(rep, out)
 
 
 def _finish(rep, out):
@@ -201,7 +235,7 @@ _METRIC_HOW = {"torch": "torch checkpoint", "onnx_fp32": "model.onnx in onnxrunt
 
 def _load_source(source, opts, rep):
     """-> (torch model or None, task or None, checkpoint state or None)."""
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     if not source.exists():
         raise TargetError("source not found: %s" % source)
     if source.suffix == ".onnx":
@@ -232,34 +266,21 @@ def _reference_outputs(model, sample, fp32_path):
     return session(fp32_path).run(None, sample)[0].astype(np.float64)
 
 
-def _run_runner(out, args):
-    r = subprocess.run([sys.executable, str(out / "runner.py")] + [str(a) for a in args], cwd=str(out),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
-    if r.returncode != 0:
-        tail = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
-        raise TargetError("runner.py %s failed on this host: %s" % (" ".join(map(str, args[:2])), tail))
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def _task_metrics(task, model, fp32_path, int8_path, n):
-    from grpo_edge.bench.runtime import onnx_policy, task_metric
-    out = {}
+def _task_metrics(task, model, art, n, rep):
+    """Task metric of torch, fp32 and int8 (reference arithmetic and this CPU's ORT kernels) -> the int8 /
+    fp32 retention, or None without a task."""
+    if task is None:
+        return None
+    from grpo_edge.export.evaluate import onnx_policy, retention, task_metric
+    metrics = {}
     if model is not None:
-        out["torch"] = task_metric(task, model, n)
-    out["onnx_fp32"] = task_metric(task, onnx_policy(fp32_path), n)
-    out["onnx_int8"] = task_metric(task, onnx_policy(int8_path, reference=True), n)
-    out["onnx_int8_ort_optimized"] = task_metric(task, onnx_policy(int8_path, reference=False), n)
-    return out
-
-
-def _choose(keep, lat, min_retention):
-    """fp32 or int8, by measurement: int8 only if it keeps the metric AND is faster on the measured host."""
-    faster = lat["int8"] < lat["fp32"]
-    speed = "int8 %.3g s vs fp32 %.3g s median on this host" % (lat["int8"], lat["fp32"])
-    if keep is None:
-        return "model.onnx", "no task metric to check int8 against: fp32 kept (%s)" % speed
-    if keep < min_retention:
-        return "model.onnx", "int8 keeps %.4f of the fp32 metric (< %.2f): fp32 (%s)" % (keep, min_retention, speed)
-    if not faster:
-        return "model.onnx", "int8 keeps %.4f of the metric but is not faster (%s): fp32" % (keep, speed)
-    return "model.int8.onnx", "int8 keeps %.4f of the metric and is faster (%s)" % (keep, speed)
+        metrics["torch"] = task_metric(task, model, n)
+    metrics["onnx_fp32"] = task_metric(task, onnx_policy(art.fp32), n)
+    metrics["onnx_int8"] = task_metric(task, onnx_policy(art.int8, reference=True), n)
+    metrics["onnx_int8_ort_optimized"] = task_metric(task, onnx_policy(art.int8, reference=False), n)
+    for k, v in metrics.items():
+        rep.add("metric_%s" % k, v, task.metric_name, "measured-host",
+                "%s.evaluate (%s), greedy; %s" % (type(task).__name__, task.metric_name, _METRIC_HOW[k]))
+    keep = retention(metrics["onnx_int8"], metrics["onnx_fp32"], getattr(task, "higher_is_better", True))
+    rep.add("int8_metric_retention", keep, "fraction", "measured-host", "metric_onnx_int8 / metric_onnx_fp32")
+    return keep

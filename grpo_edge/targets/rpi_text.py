@@ -14,55 +14,88 @@ levels over that range (measured on zh-en-numbers: exact match 0.75 fp32 -> 0.01
 quantized, 0.76 with MatMul/Gemm only).
 """
 import json
-import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from grpo_edge import runtime
 from grpo_edge.errors import TargetError
 from grpo_edge.report import atomic_write_text
+from grpo_edge.targets.pi_folder import choose_model, run_runner
 
 TEXT_OPS = ("MatMul", "Gemm")
 _HERE = Path(__file__).resolve().parent
+# grpo_edge/runtime modules shipped as-is: the runner, the decoding loop and what they import
+TEXT_RUNTIME = {"runner.py": "pi_runner", "textgen.py": "textgen", "char_tokenizer.py": "char_tokenizer",
+                "ort_session.py": "ort_session"}
 
 
 def deploy_text(model, task, state, source, prof, out, opts, rep):
     """Export, calibrate from decoding, quantize, simulate with the runner, measure, choose; returns rep."""
-    from grpo_edge.bench.runtime import eval_problems, retention, text_metric
-    from grpo_edge.export.decode_calibration import decode_calibration, part_path, text_config
-    from grpo_edge.export.onnx2int8 import onnx2int8
-    from grpo_edge.export.onnx_utils import io_specs, load_onnx
-    from grpo_edge.export.torch2onnx import torch2onnx
-    from grpo_edge.targets.rpi import _choose, _run_runner
-    from grpo_edge.targets.rpi_textgen import model_files, ort_functions
-
+    from grpo_edge.export.decode_calibration import text_config
     if task is None:
         raise TargetError("%s: a text model's deploy needs its task (held-out prompts, calibration prompts), "
                           "and the task could not be rebuilt from the checkpoint" % source)
     cfg = text_config(state)
+    files = _export(model, cfg, out, rep)
+    held = _write_folder(model, task, cfg, out, opts)
+    quant = _quantize(cfg, files, task, out, opts, rep)
+    sim, keep = _simulate(out, task, held, opts, rep)
+    lat, benches = _measure_latency(out, files, opts, rep)
+    _choose(out, keep, lat, cfg, files, prof, source, opts, rep)
+    _estimates(rep, prof, cfg, files["fp32"], benches["fp32"])
+    rep.sections["simulation"] = sim
+    rep.sections["quantization"] = quant
+    rep.sections["host_bench"] = benches
+    return rep
+
+
+@dataclass
+class _HeldOut:
+    """The held-out problems the runner decodes, their prompts and torch's greedy completions of them."""
+    problems: list
+    prompts: list
+    expected: list
+
+
+def _export(model, cfg, out, rep) -> dict:
+    """The decode step(s) as ONNX (torch2onnx, parity checked) -> {"fp32"|"int8": {part: path}}."""
+    from grpo_edge.export.torch2onnx import torch2onnx
+    from grpo_edge.runtime.textgen import model_files
     model.eval()
     info = torch2onnx(model, out / "model.onnx")
     rep.add("export_max_abs_diff", info["max_abs_diff"], "", "measured-host",
             "torch2onnx parity check of the decode step(s) on random inputs, batch 1 and 3")
-    files = {tag: model_files(str(out / name), cfg["arch"]) for tag, name in
-             (("fp32", "model.onnx"), ("int8", "model.int8.onnx"))}
+    return {tag: model_files(str(out / name), cfg["arch"]) for tag, name in
+            (("fp32", "model.onnx"), ("int8", "model.int8.onnx"))}
 
+
+def _write_folder(model, task, cfg, out, opts) -> _HeldOut:
+    """The folder a user copies to the Pi: tokenizer, runtime files, held-out prompts and torch's greedy
+    completions of them (what the runner must reproduce)."""
+    from grpo_edge.export.evaluate import eval_problems
     problems = eval_problems(task, opts["eval_n"])
     prompts = [p for p, _ in problems]
     cfg["example_prompt"] = prompts[0]
     atomic_write_text(out / "tokenizer.json", json.dumps(cfg, indent=2, ensure_ascii=False))
-    shutil.copyfile(str(_HERE / "rpi_runner.py"), str(out / "runner.py"))
-    shutil.copyfile(str(_HERE / "rpi_textgen.py"), str(out / "textgen.py"))
-    (out / "runner.py").chmod(0o755)
+    runtime.ship(out, TEXT_RUNTIME)
     atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
     atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
     expected = task.greedy_completions(model, prompts)
     atomic_write_text(out / "expected_completions.json", json.dumps(
         {"how": "torch checkpoint, %s.greedy_completions" % type(task).__name__, "prompts": prompts,
          "completions": expected, "references": [r for _, r in problems]}, indent=1, ensure_ascii=False))
+    return _HeldOut(problems, prompts, expected)
 
-    # int8: calibration feeds recorded from greedy decoding with the fp32 ONNX model (or the user's file)
+
+def _quantize(cfg, files, task, out, opts, rep) -> dict:
+    """int8 files calibrated on feeds recorded from greedy decoding with the fp32 ONNX model (or the user's
+    file) -> {part: quantization summary}."""
+    from grpo_edge.export.decode_calibration import decode_calibration, part_path
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.runtime.textgen import ort_functions
     op_types = TEXT_OPS if opts["op_types"] is None else tuple(opts["op_types"])
     with tempfile.TemporaryDirectory() as tmp:
         if opts["calibration"]:
@@ -81,38 +114,49 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
             rep.notes += ["%s: %s" % (Path(f32).name, w) for w in q["warnings"]]
     rep.notes.append("calibration: %s; method %s; int8 quantizes %s only (why: see grpo_edge/targets/rpi_text.py)"
                      % (calib_src, opts["method"], "/".join(op_types)))
+    return quant
 
-    # simulation: the shipped runner on this host decodes the held-out prompts
-    sim, metrics = {}, {"torch": text_metric(task, expected, problems)}
+
+_METRIC_HOW = {"torch": "torch checkpoint", "onnx_fp32": "runner.py, model.onnx",
+               "onnx_int8": "runner.py --reference, model.int8.onnx (QDQ reference arithmetic)",
+               "onnx_int8_ort_optimized": "runner.py, model.int8.onnx, ORT optimizations on (this host's int8 kernels)"}
+
+
+def _simulate(out, task, held, opts, rep):
+    """The shipped runner on this host decodes the held-out prompts: agreement with torch and the task
+    metric per model -> (simulation section, int8 / fp32 metric retention). The fp32 runner must agree."""
+    from grpo_edge.export.evaluate import retention, text_metric
+    sim, metrics = {}, {"torch": text_metric(task, held.expected, held.problems)}
     for tag, name, reference in (("fp32", "model.onnx", False), ("int8", "model.int8.onnx", True),
                                  ("int8_ort_optimized", "model.int8.onnx", False)):
-        got = _run_runner(out, ["--model", name, "--prompts", "prompts.txt", "--json"]
+        got = run_runner(out, ["--model", name, "--prompts", "prompts.txt", "--json"]
                           + (["--reference"] if reference else []))["completions"]
-        sim[tag] = {"agreement_with_torch": float(np.mean([a == b for a, b in zip(got, expected)])),
-                    "examples": [[p, c] for p, c in zip(prompts[:3], got[:3])]}
-        metrics["onnx_" + tag] = text_metric(task, got, problems)
-    n = len(prompts)
+        sim[tag] = {"agreement_with_torch": float(np.mean([a == b for a, b in zip(got, held.expected)])),
+                    "examples": [[p, c] for p, c in zip(held.prompts[:3], got[:3])]}
+        metrics["onnx_" + tag] = text_metric(task, got, held.problems)
+    n = len(held.prompts)
     rep.add("sim_fp32_agreement", sim["fp32"]["agreement_with_torch"], "fraction", "measured-host",
             "runner.py --prompts prompts.txt (%d held-out prompts, greedy) vs the torch checkpoint's greedy "
             "completions: fraction identical" % n)
     rep.add("sim_int8_agreement", sim["int8"]["agreement_with_torch"], "fraction", "measured-host",
             "runner.py --reference on model.int8.onnx vs torch greedy completions, %d prompts" % n)
-    how = {"torch": "torch checkpoint", "onnx_fp32": "runner.py, model.onnx",
-           "onnx_int8": "runner.py --reference, model.int8.onnx (QDQ reference arithmetic)",
-           "onnx_int8_ort_optimized": "runner.py, model.int8.onnx, ORT optimizations on (this host's int8 kernels)"}
     for k, v in metrics.items():
         rep.add("metric_%s" % k, v, task.metric_name, "measured-host",
-                "%s on %d held-out prompts, greedy; %s" % (task.metric_name, n, how[k]))
+                "%s on %d held-out prompts, greedy; %s" % (task.metric_name, n, _METRIC_HOW[k]))
     keep = retention(metrics["onnx_int8"], metrics["onnx_fp32"], getattr(task, "higher_is_better", True))
     rep.add("int8_metric_retention", keep, "fraction", "measured-host", "metric_onnx_int8 / metric_onnx_fp32")
     if sim["fp32"]["agreement_with_torch"] < opts["min_agreement"]:
         raise TargetError("%s: the fp32 runner's greedy completions agree with torch on %.4f of %d prompts (< %.2f)"
                           % (out / "model.onnx", sim["fp32"]["agreement_with_torch"], n, opts["min_agreement"]))
+    return sim, keep
 
-    # host latency with the shipped runner: batch-1 completions of one held-out prompt
+
+def _measure_latency(out, files, opts, rep):
+    """Host latency with the shipped runner (batch-1 completions of one held-out prompt) and file sizes
+    -> ({tag: median s per completion}, {tag: the runner's bench record})."""
     lat, benches = {}, {}
     for tag, name in (("fp32", "model.onnx"), ("int8", "model.int8.onnx")):
-        b = _run_runner(out, ["--model", name, "--bench", "--runs", str(opts["text_runs"]), "--warmup",
+        b = run_runner(out, ["--model", name, "--bench", "--runs", str(opts["text_runs"]), "--warmup",
                               str(opts["text_warmup"]), "--json"])["bench"]
         lat[tag], benches[tag] = b["per_completion_median_s"], b
         src = ("runner.py --bench on %s, onnxruntime %s, 1 thread, prompt %r (%d new tokens, %d model calls), "
@@ -125,8 +169,13 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
     for tag in ("fp32", "int8"):
         rep.add("size_%s_bytes" % tag, sum(Path(f).stat().st_size for f in files[tag].values()), "B", "exact",
                 " + ".join(Path(f).name for f in files[tag].values()))
+    return lat, benches
 
-    chosen, why = _choose(keep, lat, opts["min_retention"])
+
+def _choose(out, keep, lat, cfg, files, prof, source, opts, rep) -> None:
+    """fp32 or int8 by the measurements (choose_model); written to deploy.json with the decoding set-up."""
+    from grpo_edge.export.onnx_utils import io_specs, load_onnx
+    chosen, why = choose_model(keep, lat, opts["min_retention"])
     rep.sections["choice"] = {"chosen": chosen, "why": why}
     main = load_onnx(files["fp32"][list(files["fp32"])[-1]])
     atomic_write_text(out / "deploy.json", json.dumps({
@@ -136,17 +185,11 @@ def deploy_text(model, task, state, source, prof, out, opts, rep):
         "inputs": io_specs(main, "input"), "outputs": io_specs(main, "output"), "target": prof["name"],
         "source": str(source), "min_agreement": opts["min_agreement"]}, indent=2))
 
-    _estimates(rep, prof, cfg, files["fp32"], benches["fp32"])
-    rep.sections["simulation"] = sim
-    rep.sections["quantization"] = quant
-    rep.sections["host_bench"] = benches
-    return rep
-
 
 def _estimates(rep, prof, cfg, fp32_files, bench):
     """Device latency / energy per completion: the sum over the completion's model calls of the profile's
     per-call estimate (call_overhead_s + MACs / MAC rate), MACs counted at each call's real shapes."""
-    from grpo_edge.bench.text import completion_macs
+    from grpo_edge.export.onnx_utils import completion_macs
     from grpo_edge.targets.profiles import estimate_energy, estimate_latency
     calls = completion_macs(cfg, fp32_files, bench["new_tokens"])
     rep.add("macs_per_completion", int(sum(calls)), "MAC", "exact",

@@ -1,7 +1,7 @@
 """Task registry. Built-in tasks are imported lazily (gymnasium / scikit-learn only when used)."""
 import importlib
 
-from grpo_edge.errors import ConfigError
+from grpo_edge.errors import CheckpointError, ConfigError
 
 # name -> "module:Class"
 TASKS = {
@@ -48,3 +48,22 @@ def get_task(name, cfg=None, seed=0):
     if defaults is not None:
         cfg = dict(defaults, **cfg)
     return cls(cfg, seed=seed)
+
+
+def task_from_state(state: dict, seed: int = 0):
+    """Rebuild the task a checkpoint was trained on (name from state["task"], config from state["config"])."""
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    task_cfg = config.get("task") if isinstance(config.get("task"), dict) else {}
+    name = state.get("task") or task_cfg.get("name")
+    if not name or not isinstance(name, str):
+        raise CheckpointError("checkpoint names no task: cannot rebuild it")
+    cfg = dict(task_cfg)
+    allowed = getattr(task_class(name), "archs", None) if name in TASKS else None
+    if allowed and state.get("arch") not in allowed:
+        raise CheckpointError("checkpoint's architecture %s does not fit task %s (it takes %s)"
+                              % (state.get("arch"), name, ", ".join(allowed)))
+    try:
+        return get_task(name, cfg, seed=seed)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError("cannot rebuild task %r from the checkpoint (%s)" % (name, msg[:200]))

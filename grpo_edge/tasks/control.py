@@ -1,12 +1,13 @@
 """Control tasks on gymnasium's classic-control environments (CartPole-v1, Acrobot-v1).
 
 A group is G episodes that start from the same seeded reset; they run in lockstep so the policy sees one
-(G * groups, obs_dim) batch per step.
+(G * groups, obs_dim) batch per step, and the environments are stepped as one batch too (gymnasium's
+vectorized CartPole, else its SyncVectorEnv; see grpo_edge/tasks/vector_env.py).
 """
 import numpy as np
 import torch
 
-from grpo_edge.core.rollout import rollout_episodes
+from grpo_edge.core.rollout import rollout_lockstep
 from grpo_edge.tasks.base import Task
 
 
@@ -22,6 +23,8 @@ class ControlTask(Task):
     kind = "control"
     metric_name = "return"
     default_arch = "mlp"
+    archs = ("mlp",)                       # vector observations -> action logits
+    ranges = {"max_steps": (1, None, True), "eval_episodes": (1, None, True)}
     env_id = "CartPole-v1"
     defaults = {"env_id": None, "max_steps": 500, "eval_episodes": 100, "env_kwargs": {}}
 
@@ -38,18 +41,19 @@ class ControlTask(Task):
             raise ValueError("task %s: %s has no discrete action space" % (self.name, self.env_id))
         self.obs_dim = int(np.prod(probe.observation_space.shape))
         self.n_actions = int(probe.action_space.n)
-        self._envs = []
-        self._eval_envs = []
+        probe.close()
+        self._lockstep = {}       # number of environments -> batched environments (training, evaluation)
         self._eval_seed_base = 10_000_000 + seed * 1000  # evaluation resets never overlap training's
         self._rng = np.random.RandomState(seed)
 
     def _make(self):
         return self._gym.make(self.env_id, **self.env_kwargs)
 
-    def _get_envs(self, n):
-        while len(self._envs) < n:
-            self._envs.append(self._make())
-        return self._envs[:n]
+    def _batched_envs(self, n):
+        if n not in self._lockstep:
+            from grpo_edge.tasks.vector_env import lockstep_envs
+            self._lockstep[n] = lockstep_envs(self._gym, self.env_id, n, self.env_kwargs)
+        return self._lockstep[n]
 
     def model_kwargs(self):
         return {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
@@ -61,17 +65,23 @@ class ControlTask(Task):
     def rollout(self, policy, num_groups, group_size, generator=None):
         seeds = self._rng.randint(0, 2 ** 31 - 1, size=num_groups)
         device = next(policy.parameters()).device
-        return rollout_episodes(policy, self._get_envs(num_groups * group_size), seeds, group_size,
+        env_seeds = np.repeat(seeds, group_size)
+        return rollout_lockstep(policy, self._batched_envs(len(env_seeds)), env_seeds, group_size,
                                 self.max_steps, device=device)
 
     def logprobs(self, policy, rollout):
+        """(logp, entropy), each (N, T), computed on the real steps only (episodes of one batch differ
+        in length by up to 50x, so most of the padded (N, T) grid can be padding). At padding, logp is
+        old_logp (a ratio of 1, no gradient) and entropy is 0; the losses mask both out."""
         obs = rollout.inputs["obs"]                                # (N, T, obs_dim)
         n, t, d = obs.shape
-        logits = policy(obs.reshape(n * t, d)).reshape(n, t, -1)   # (N, T, A)
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, rollout.actions.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, entropy
+        real = (rollout.mask.reshape(-1) > 0).nonzero().squeeze(1)           # (R,)
+        logp_all = torch.log_softmax(policy(obs.reshape(n * t, d)[real]), dim=-1)   # (R, A)
+        logp_r = logp_all.gather(-1, rollout.actions.reshape(-1)[real].unsqueeze(-1)).squeeze(-1)
+        ent_r = -(logp_all.exp() * logp_all).sum(-1)
+        logp = rollout.old_logp.reshape(-1).detach().to(logp_r.dtype).index_put((real,), logp_r)
+        entropy = logp_r.new_zeros(n * t).index_put((real,), ent_r)
+        return logp.reshape(n, t), entropy.reshape(n, t)
 
     def values(self, critic, rollout):
         obs = rollout.inputs["obs"]
@@ -85,10 +95,8 @@ class ControlTask(Task):
         was_training = policy.training
         policy.eval()
         seeds = [self._eval_seed_base + i for i in range(n)]
-        while len(self._eval_envs) < n:
-            self._eval_envs.append(self._make())
-        envs = self._eval_envs[:n]
-        ro = rollout_episodes(policy, envs, seeds, 1, self.max_steps, device=device, greedy=greedy)
+        ro = rollout_lockstep(policy, self._batched_envs(n), seeds, 1, self.max_steps, device=device,
+                              greedy=greedy)
         policy.train(was_training)
         returns = ro.rewards.numpy()
         return {"return": float(returns.mean()), "return_std": float(returns.std()),

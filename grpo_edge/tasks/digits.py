@@ -16,6 +16,8 @@ class DigitsTask(Task):
     kind = "bandit"
     metric_name = "accuracy"
     default_arch = "lite-resnet"
+    archs = ("lite-resnet",)               # (1, 8, 8) images -> class logits
+    ranges = {"test_fraction": (0, 1, False, False)}
     defaults = {"test_fraction": 0.2}
 
     def __init__(self, cfg, seed=0):

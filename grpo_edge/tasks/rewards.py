@@ -111,6 +111,9 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def safe_reward(fn: RewardFn, name: str, completion: str, reference: str, prompt: str,
                 skip_errors: bool = False) -> float:
     """Call ``fn(completion, reference, prompt)`` and return a finite float.
@@ -120,7 +123,8 @@ def safe_reward(fn: RewardFn, name: str, completion: str, reference: str, prompt
     """
     try:
         value = float(fn(completion, reference, prompt))
-        problem = None if math.isfinite(value) else "returned %r" % value
+        # finite in the training dtype: 1e300 is a float64 but inf in float32
+        problem = None if math.isfinite(value) and abs(value) <= FLOAT32_MAX else "returned %r" % value
     except Exception as e:  # a user callable may raise anything; we report it in one line
         problem = "raised %s: %s" % (type(e).__name__, e)
     if problem is None:

@@ -61,6 +61,9 @@ class ZhEnNumbersTask(TextTask):
         self.tokenizer = self.loader.tokenizer
         self.train_problems = self.loader.train_pairs
         self.test_problems = self.loader.test_pairs
+        if not self.train_problems:
+            raise ConfigError("no training pairs: every pair of the data is also in the test split (%d test pairs)"
+                              % len(self.test_problems))
         if not self.test_problems:
             raise ConfigError("the data has too few pairs for a held-out test split (%d pairs)"
                               % len(self.train_problems))

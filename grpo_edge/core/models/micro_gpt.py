@@ -9,6 +9,7 @@ inputs, which keeps `generate` logp == `sequence_logprobs` logp without extra bo
 """
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ._layers import (Attention, CompletionBuffer, FeedForward, causal_bias, init_transformer_weights,
                       logprobs_and_entropy, merge_heads, run_checkpointed, sample_next, split_heads)
@@ -162,19 +163,27 @@ class MicroGPT(nn.Module):
         keys, values (n_layer, B, H, T_max, hd) hold positions < t and get position t written. The same
         arithmetic as GPTBlock / Attention.forward (which a cache passed by value needs for export).
         """
-        x = self.drop(self.tok_emb(idx) + self.pos_emb.weight[t])          # (B, 1, D)
+        # Functional calls on the modules' own weights: the same ops as the modules, without the
+        # per-call module overhead that dominates one token of a small model (dropout is off: eval mode).
+        lin, ln = F.linear, F.layer_norm
+        x = F.embedding(idx, self.tok_emb.weight) + self.pos_emb.weight[t]   # (B, 1, D)
+        x = self.drop(x) if self.training else x
         for i, block in enumerate(self.blocks):
-            attn = block.attn
-            h = block.ln1(x)
-            q = split_heads(attn.q(h), attn.n_head)                          # (B, H, 1, hd)
-            keys[i, :, :, t:t + 1] = split_heads(attn.k(h), attn.n_head)
-            values[i, :, :, t:t + 1] = split_heads(attn.v(h), attn.n_head)
+            attn, mlp = block.attn, block.mlp
+            h = ln(x, block.ln1.normalized_shape, block.ln1.weight, block.ln1.bias, block.ln1.eps)
+            q = split_heads(lin(h, attn.q.weight, attn.q.bias), attn.n_head)   # (B, H, 1, hd)
+            keys[i, :, :, t:t + 1] = split_heads(lin(h, attn.k.weight, attn.k.bias), attn.n_head)
+            values[i, :, :, t:t + 1] = split_heads(lin(h, attn.v.weight, attn.v.bias), attn.n_head)
             att = torch.matmul(q, keys[i, :, :, :t + 1].transpose(-2, -1)) * attn.scale   # (B, H, 1, t + 1)
-            att = attn.attn_drop(torch.softmax(att, dim=-1))
+            att = torch.softmax(att, dim=-1)
+            att = attn.attn_drop(att) if self.training else att
             y = merge_heads(torch.matmul(att, values[i, :, :, :t + 1]))      # (B, 1, D)
-            x = x + attn.resid_drop(attn.proj(y))
-            x = x + block.mlp(block.ln2(x))
-        return self.head(self.ln_f(x))
+            y = lin(y, attn.proj.weight, attn.proj.bias)
+            x = x + (attn.resid_drop(y) if self.training else y)
+            h = ln(x, block.ln2.normalized_shape, block.ln2.weight, block.ln2.bias, block.ln2.eps)
+            x = x + mlp(h)
+        x = ln(x, self.ln_f.normalized_shape, self.ln_f.weight, self.ln_f.bias, self.ln_f.eps)
+        return lin(x, self.head.weight, self.head.bias)
 
     def sequence_logprobs(self, prompt, tokens, temperature=1.0):
         """Teacher-forced (logp (B, Tn), entropy (B, Tn)) of `tokens` (B, Tn) after `prompt` (B, Tp), with grad.

@@ -12,4 +12,8 @@ from . import reference  # noqa: F401  (numpy only)
 # to the function (a lazy wrapper would be replaced by the submodule on first import).
 from .deploy import deploy, onnx2c  # noqa: E402  (numpy at import; onnx/onnxruntime lazily)
 
-__all__ = ["deploy", "onnx2c", "reference"]
+from .deploy import DEFAULTS as _DEFAULTS  # noqa: E402
+from grpo_edge.targets.esp32_pipeline import OPTIONS as _PIPELINE_OPTIONS  # noqa: E402
+
+OPTIONS = tuple(_DEFAULTS) + _PIPELINE_OPTIONS     # what `deploy --option` takes (checked by targets.contract)
+__all__ = ["deploy", "onnx2c", "reference", "OPTIONS"]

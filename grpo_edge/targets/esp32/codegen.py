@@ -1,9 +1,12 @@
 """C99 code generation: one header + one source per model, no malloc, no interpreter.
 
-The source holds const int8 weights, int32 biases, per-channel multipliers/shifts, one specialised
-static function per op (shapes are literals, so loops have constant bounds), and a straight-line
-`<prefix>_invoke(const int8_t *in, int8_t *out)` calling them over a static arena laid out by the
-planner. Every symbol, static ones included, starts with the prefix.
+The kernels are real C in csrc/ (gx_kernels.h: int8; gx_kernels16.h: 16x8), static inline functions
+taking one params struct each, compiled and tested on their own, and copied unchanged next to the
+model (KERNEL_HEADERS). The generated source holds only data: const int8 weights, int32 biases
+(input offset folded in), per-channel multipliers/shifts, one `static const gx_<op>_t` params struct
+per op, the static arena laid out by the planner, and a straight-line
+`<prefix>_invoke(const int8_t *in, int8_t *out)` calling the kernels. Every symbol the model defines,
+static ones included, starts with the prefix; the kernels' symbols start with gx_.
 
 16x8 graphs (int16 activations, int8 weights) use int16_t for every activation (`<prefix>_input_t`
 and `<prefix>_output_t` in the header name the I/O types of either kind) and reach their arena
@@ -20,7 +23,6 @@ from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_text
 
 from . import planner as P
-from . import softmax_ref
 from .int16_ref import SIGMOID_TABLE_UINT16
 
 TOOL = "grpo_edge.targets.esp32"
@@ -64,88 +66,38 @@ def _array(ctype, name, values, per_line=16) -> str:
     return "static const %s %s[%d] = {\n    %s\n};\n" % (ctype, name, max(len(vals), 1), ",\n    ".join(lines))
 
 
-def _clamp(v, lo, hi) -> str:
-    return "        if (%s < %d) %s = %d;\n        if (%s > %d) %s = %d;\n" % (v, lo, v, lo, v, hi, v, hi)
+# Per-op instruction counting (bench/esp32_kernels.py): GX_MARK(i) runs before op i and after the last op.
+MARK = "#ifndef GX_MARK\n#define GX_MARK(i) ((void)0)\n#endif\n"
+
+# The kernels, as real C: copied unchanged next to every generated model (csrc/ in this package).
+CSRC = Path(__file__).resolve().parent / "csrc"
+KERNEL_HEADERS = ["gx_kernels.h", "gx_kernels16.h"]
 
 
-HELPERS = """\
-static inline int32_t {p}_srdhm(int32_t a, int32_t b)
-{{
-    int64_t ab, nudge;
-    if (a == b && a == INT32_MIN) return INT32_MAX;
-    ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
-}}
-
-static inline int32_t {p}_rdbpot(int32_t x, int e)
-{{
-    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
-    const int32_t rem = x & mask;
-    const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
-    return (x >> e) + (rem > thr ? 1 : 0);   /* >> on a negative int32 is arithmetic (gcc) */
-}}
-
-/* MultiplyByQuantizedMultiplier, double rounding (TFLM default). */
-static inline int32_t {p}_mbqm(int32_t x, int32_t m, int shift)
-{{
-    const int left = shift > 0 ? shift : 0;
-    const int right = shift > 0 ? 0 : -shift;
-    return {p}_rdbpot({p}_srdhm((int32_t)((uint32_t)x << left), m), right);
-}}
-"""
+def _struct(ctype, name, fields) -> str:
+    """A `static const` params struct with designated initializers, one field per line."""
+    body = ",\n".join("    .%s = %s" % (k, v) for k, v in fields)
+    return "static const %s %s = {\n%s\n};\n" % (ctype, name, body)
 
 
-# Pixel-pair conv: two neighbouring outputs (along x) accumulate in registers; each weight is loaded
-# once per pair. acc starts at bias + input_offset * sum(w).
-CONV_PAIR = """\
-static void %(name)s(%(sig)s)
-{
-%(decl)s%(pre)s    for (oc = 0; oc < %(OC)d; ++oc) {
-        const int8_t *wc = %(p)s_w%(i)d + oc * %(WSZ)d;
-        const int32_t b = %(p)s_b%(i)d[oc], m = %(p)s_m%(i)d[oc];
-        const int s = %(p)s_s%(i)d[oc];
-        int8_t *o = out + oc * %(OHW)d;
-        for (oy = 0; oy < %(OH)d; ++oy) {
-            const int8_t *xr = %(src)s + oy * %(SHPW)d;
-            for (ox = 0; ox + 1 < %(OW)d; ox += 2) {
-                const int8_t *xp = xr + ox * %(SW)d;
-                int32_t a0 = b, a1 = b, v;
-                for (ic = 0; ic < %(CG)d; ++ic) {
-                    const int8_t *x = xp + (%(cin)s) * %(PHW)d;
-                    const int8_t *w = wc + ic * %(KK)d;
-                    int32_t t;
-%(pair)s                }
-                v = %(p)s_mbqm(a0, m, s) + %(ZO)d;
-%(clamp)s                o[oy * %(OW)d + ox] = (int8_t)v;
-                v = %(p)s_mbqm(a1, m, s) + %(ZO)d;
-%(clamp)s                o[oy * %(OW)d + ox + 1] = (int8_t)v;
-            }
-%(tail)s        }
-    }
-}
-"""
+def _requant(p, i, a, channels_out_offset=True) -> str:
+    """gx_requant_t initializer of op i (arrays <p>_b<i>, <p>_m<i>, <p>_s<i>)."""
+    return ("{ %s_b%d, %s_m%d, %s_s%d, %d, %d, %d }"
+            % (p, i, p, i, p, i, a.get("output_offset", 0) if channels_out_offset else 0,
+               a["activation_min"], a["activation_max"]))
 
-# Odd output width: the last column alone (no read past the row's end).
-CONV_TAIL = """\
-            {
-                const int8_t *xp = xr + %(OW1)d * %(SW)d;
-                int32_t a0 = b, v;
-                for (ic = 0; ic < %(CG)d; ++ic) {
-                    const int8_t *x = xp + (%(cin)s) * %(PHW)d;
-                    const int8_t *w = wc + ic * %(KK)d;
-%(single)s                }
-                v = %(p)s_mbqm(a0, m, s) + %(ZO)d;
-%(clamp)s                o[oy * %(OW)d + %(OW1)d] = (int8_t)v;
-            }
-"""
+
+def _mark(i) -> str:
+    return "    GX_MARK(%d);\n" % i
 
 
 class _Emitter:
+    """Per op: its constant data and params struct (self.data) and its call in invoke (self.calls).
+    The kernels themselves live in csrc/gx_kernels*.h."""
+
     def __init__(self, graph, prefix, plan):
         self.g, self.p, self.plan = graph, prefix, plan
-        self.data = []      # constant arrays
-        self.funcs = []     # op functions
+        self.data = []      # constant arrays and params structs
         self.calls = []     # lines in invoke
 
     def ptr(self, tensor, const=True):
@@ -161,17 +113,25 @@ class _Emitter:
             return "%s_arena.bytes + %d" % (self.p, off)
         raise AssertionError(loc)
 
+    def scratch(self, i) -> str:
+        return "%s_arena.bytes + %d" % (self.p, self.plan.buffers["scratch%d" % i].offset)
+
     def emit(self, i, op):
         if op.kind == "reshape":
             return
-        fn = getattr(self, "k_" + op.kind)
-        name = "%s_op%d_%s" % (self.p, i, op.kind)
-        body, args = fn(i, op, name)
-        self.funcs.append("/* op %d: %s %s -> %s */\n%s" % (i, op.kind, _c_comment(op.name),
-                                                           list(self.g.tensors[op.output].shape), body))
-        self.calls.append("    %s(%s);" % (name, ", ".join(args)))
+        self.data.append("/* op %d: %s %s -> %s */" % (i, op.kind, _c_comment(op.name),
+                                                      list(self.g.tensors[op.output].shape)))
+        call = getattr(self, "k_" + op.kind)(i, op, "%s_op%d" % (self.p, i))
+        self.calls.append(_mark(i) + "    %s;" % call)
 
-    # -- kernels
+    def arrays(self, i, a, weights, bias):
+        p = self.p
+        self.data.append(_array("int8_t", "%s_w%d" % (p, i), weights))
+        self.data.append(_array("int32_t", "%s_b%d" % (p, i), bias))
+        self.data.append(_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
+        self.data.append(_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
+
+    # -- int8 kernels (gx_kernels.h)
     def k_fc(self, i, op, name):
         a, p = op.attrs, self.p
         w = a["weights"].astype(np.int64)
@@ -179,112 +139,35 @@ class _Emitter:
         bias = a["bias"].astype(np.int64)
         folded = bias + a["input_offset"] * w.sum(axis=1)
         fold = int(np.abs(bias).max(initial=0)) + 2 * 128 * 128 * IN < INT32_MAX
-        self.data.append(_array("int8_t", "%s_w%d" % (p, i), a["weights"]))
-        self.data.append(_array("int32_t", "%s_b%d" % (p, i), folded if fold else bias))
-        self.data.append(_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
-        self.data.append(_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
-        x = "(int32_t)in[k]" if fold else "((int32_t)in[k] + %d)" % a["input_offset"]
-        body = ("static void %s(const int8_t *restrict in, int8_t *restrict out)\n{\n"
-                "    int o, k;\n"
-                "    for (o = 0; o < %d; ++o) {\n"
-                "        const int8_t *w = %s_w%d + o * %d;\n"
-                "        int32_t acc = %s_b%d[o];%s\n"
-                "        int32_t v;\n"
-                "        for (k = 0; k < %d; ++k) acc += (int32_t)w[k] * %s;\n"
-                "        v = %s_mbqm(acc, %s_m%d[o], %s_s%d[o]) + %d;\n%s"
-                "        out[o] = (int8_t)v;\n    }\n}\n"
-                % (name, OUT, p, i, IN, p, i, "  /* bias + input_offset * sum(w) */" if fold else "",
-                   IN, x, p, p, i, p, i, a["output_offset"], _clamp("v", a["activation_min"], a["activation_max"])))
-        return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        self.arrays(i, a, a["weights"], folded if fold else bias)
+        self.data.append(_struct("gx_fc_t", name, [
+            ("n_in", IN), ("n_out", OUT), ("in_offset", 0 if fold else a["input_offset"]),
+            ("weights", "%s_w%d" % (p, i)), ("q", _requant(p, i, a))]))
+        return "gx_fc(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
 
     def k_conv(self, i, op, name):
-        """Conv / depthwise / grouped conv, NCHW. A padded input is first copied into an arena scratch
-        buffer filled with the input zero point (there x + input_offset == 0, exactly TFLite's
-        skipped taps), so every output uses the same unrolled taps and input_offset is folded into
-        the bias: acc = (bias + input_offset * sum(w)) + sum(w * x)."""
+        """Conv / depthwise / grouped conv, NCHW; input_offset folded into the bias:
+        acc = (bias + input_offset * sum(w)) + sum(w * x), padded taps reading the input zero point."""
         a, p = op.attrs, self.p
         w = a["weights"]
         OC, CG, KH, KW = w.shape
         _, C, H, W = self.g.tensors[op.inputs[0]].shape
         _, _, OH, OW = self.g.tensors[op.output].shape
-        SH, SW = a["strides"]
-        DH, DW = a["dilations"]
-        PT, PL, PB, PR = a["pads"]
-        PH, PW = H + PT + PB, W + PL + PR
-        G = a["group"]
-        OCG = OC // G
         bias = a["bias"].astype(np.int64)
         folded = bias + a["input_offset"] * w.reshape(OC, -1).astype(np.int64).sum(axis=1)
         if int(np.abs(bias).max(initial=0)) + 2 * 128 * 128 * CG * KH * KW >= INT32_MAX:
             raise ExportError("%s: accumulator could overflow int32 (%d taps)" % (op.name, CG * KH * KW))
-        self.data.append(_array("int8_t", "%s_w%d" % (p, i), w))
-        self.data.append(_array("int32_t", "%s_b%d" % (p, i), folded))
-        self.data.append(_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
-        self.data.append(_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
-        padded = any(a["pads"])
-        base = self.plan.buffers["scratch%d" % i].offset if padded else 0
-        cin = "(oc / %d) * %d + ic" % (OCG, CG) if G > 1 else "ic"
-        pre, src = "", "in"
-        if padded:
-            src = "pad"
-            pre = ("    /* copy into the zero-point-filled padded buffer (%d x %d x %d) */\n"
-                   "    for (k = 0; k < %d; ++k) pad[k] = %d;\n"
-                   "    for (c = 0; c < %d; ++c)\n"
-                   "        for (y = 0; y < %d; ++y)\n"
-                   "            for (k = 0; k < %d; ++k)\n"
-                   "                pad[(c * %d + y + %d) * %d + k + %d] = in[(c * %d + y) * %d + k];\n"
-                   % (C, PH, PW, C * PH * PW, -a["input_offset"], C, H, W, PH, PT, PW, PL, H, W))
-        taps = [(ky * KW + kx, ky * DH * PW + kx * DW) for ky in range(KH) for kx in range(KW)]
-        d = dict(name=name, OC=OC, p=p, i=i, WSZ=CG * KH * KW, OHW=OH * OW, OH=OH, OW=OW, src=src,
-                 SHPW=SH * PW, SW=SW, CG=CG, cin=cin, PHW=PH * PW, KK=KH * KW, KH=KH, KW=KW, DHPW=DH * PW, DW=DW,
-                 ZO=a["output_offset"], pre=pre,
-                 clamp=_indent(_clamp("v", a["activation_min"], a["activation_max"]), 8))
-        args = [self.ptr(op.inputs[0]), self.ptr(op.output)]
-        sig = "const int8_t *restrict in, int8_t *restrict out"
-        if padded:
-            sig += ", int8_t *restrict pad"
-            args.append("%s_arena.bytes + %d" % (p, base))
-        if len(taps) > 25:
-            body = self._conv_generic(d, sig, padded)
-        else:
-            pair = "".join("                    t = w[%d]; a0 += t * x[%d]; a1 += t * x[%d];\n" % (t, off, off + SW)
-                           for t, off in taps)
-            tail = ""
-            if OW % 2:
-                single = "".join("                    a0 += (int32_t)w[%d] * x[%d];\n" % t for t in taps)
-                tail = CONV_TAIL % dict(d, OW1=OW - 1, single=single)
-            body = CONV_PAIR % dict(d, sig=sig, decl=self._conv_decl(padded), pair=pair, tail=tail)
-        return body, args
-
-    @staticmethod
-    def _conv_decl(padded):
-        return "    int oc, oy, ox, ic%s;\n" % (", c, y, k" if padded else "")
-
-    def _conv_generic(self, d, sig, padded):
-        return (("static void %(name)s(%(sig)s)\n{\n" % dict(d, sig=sig)) + self._conv_decl(padded) +
-                "    int ky, kx;\n" + d["pre"] +
-                "    for (oc = 0; oc < %(OC)d; ++oc) {\n"
-                "        const int8_t *wc = %(p)s_w%(i)d + oc * %(WSZ)d;\n"
-                "        int8_t *o = out + oc * %(OHW)d;\n"
-                "        for (oy = 0; oy < %(OH)d; ++oy)\n"
-                "            for (ox = 0; ox < %(OW)d; ++ox) {\n"
-                "                const int8_t *xp = %(src)s + oy * %(SHPW)d + ox * %(SW)d;\n"
-                "                int32_t acc = %(p)s_b%(i)d[oc], v;  /* bias + input_offset * sum(w) */\n"
-                "                for (ic = 0; ic < %(CG)d; ++ic) {\n"
-                "                    const int8_t *x = xp + (%(cin)s) * %(PHW)d;\n"
-                "                    const int8_t *w = wc + ic * %(KK)d;\n"
-                "                    for (ky = 0; ky < %(KH)d; ++ky)\n"
-                "                        for (kx = 0; kx < %(KW)d; ++kx)\n"
-                "                            acc += (int32_t)w[ky * %(KW)d + kx] * x[ky * %(DHPW)d + kx * %(DW)d];\n"
-                "                }\n"
-                "                v = %(p)s_mbqm(acc, %(p)s_m%(i)d[oc], %(p)s_s%(i)d[oc]) + %(ZO)d;\n"
-                "%(clamp)s"
-                "                o[oy * %(OW)d + ox] = (int8_t)v;\n"
-                "            }\n    }\n}\n" % d)
+        self.arrays(i, a, w, folded)
+        self.data.append(_struct("gx_conv_t", name, [
+            ("c", C), ("h", H), ("w", W), ("oc", OC), ("oh", OH), ("ow", OW), ("kh", KH), ("kw", KW),
+            ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("dh", a["dilations"][0]), ("dw", a["dilations"][1]),
+            ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]), ("groups", a["group"]),
+            ("pad_value", -a["input_offset"]), ("weights", "%s_w%d" % (p, i)), ("q", _requant(p, i, a))]))
+        scratch = self.scratch(i) if "scratch%d" % i in self.plan.buffers else "0"
+        return "gx_conv(&%s, %s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output), scratch)
 
     def k_add(self, i, op, name):
         a, p = op.attrs, self.p
-        n = self.g.tensors[op.output].size
         args = []
         for t in op.inputs:
             if t in a["constants"]:
@@ -293,92 +176,64 @@ class _Emitter:
                 args.append("%s_c%d" % (p, i))
             else:
                 args.append(self.ptr(t))
-        body = ("static void %(name)s(const int8_t *restrict a, const int8_t *restrict b, int8_t *restrict out)\n{\n"
-                "    int k;\n"
-                "    for (k = 0; k < %(n)d; ++k) {\n"
-                "        const int32_t x1 = (int32_t)((uint32_t)((int32_t)a[k] + %(o1)d) << %(ls)d);\n"
-                "        const int32_t x2 = (int32_t)((uint32_t)((int32_t)b[k] + %(o2)d) << %(ls)d);\n"
-                "        const int32_t s = %(p)s_mbqm(x1, %(m1)d, %(s1)d) + %(p)s_mbqm(x2, %(m2)d, %(s2)d);\n"
-                "        int32_t v = %(p)s_mbqm(s, %(mo)d, %(so)d) + %(zo)d;\n"
-                "%(clamp)s"
-                "        out[k] = (int8_t)v;\n    }\n}\n"
-                % dict(name=name, n=n, o1=a["input1_offset"], o2=a["input2_offset"], ls=a["left_shift"], p=p,
-                       m1=a["input1_multiplier"], s1=a["input1_shift"], m2=a["input2_multiplier"],
-                       s2=a["input2_shift"], mo=a["output_multiplier"], so=a["output_shift"],
-                       zo=a["output_offset"], clamp=_clamp("v", a["activation_min"], a["activation_max"])))
-        return body, args + [self.ptr(op.output)]
+        self.data.append(_struct("gx_add_t", name, [
+            ("n", self.g.tensors[op.output].size), ("in1_offset", a["input1_offset"]),
+            ("in2_offset", a["input2_offset"]), ("left_shift", a["left_shift"]),
+            ("in1_mult", a["input1_multiplier"]), ("in2_mult", a["input2_multiplier"]),
+            ("out_mult", a["output_multiplier"]), ("in1_shift", a["input1_shift"]), ("in2_shift", a["input2_shift"]),
+            ("out_shift", a["output_shift"]), ("out_offset", a["output_offset"]),
+            ("act_min", a["activation_min"]), ("act_max", a["activation_max"])]))
+        return "gx_add(&%s, %s, %s, %s)" % (name, args[0], args[1], self.ptr(op.output))
 
     def k_lut(self, i, op, name):
         p = self.p
-        n = self.g.tensors[op.output].size
-        self.data.append(_array("int8_t", "%s_t%d" % (p, i), op.attrs["table"]))
-        body = ("static void %s(const int8_t *restrict in, int8_t *restrict out)\n{\n"
-                "    int k;  /* %s as a 256-entry table */\n"
-                "    for (k = 0; k < %d; ++k) out[k] = %s_t%d[(int32_t)in[k] + 128];\n}\n"
-                % (name, op.attrs["function"], n, p, i))
-        return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        self.data.append("/* %s as a 256-entry table */\n" % op.attrs["function"]
+                         + _array("int8_t", "%s_t%d" % (p, i), op.attrs["table"]))
+        return "gx_lut(%s_t%d, %d, %s, %s)" % (p, i, self.g.tensors[op.output].size, self.ptr(op.inputs[0]),
+                                              self.ptr(op.output))
 
-    def _pool(self, i, op, name, init, step, finish):
+    def _pool(self, i, op, name, mode, extra, lo, hi):
         a = op.attrs
         _, C, H, W = self.g.tensors[op.inputs[0]].shape
         _, _, OH, OW = self.g.tensors[op.output].shape
-        KH, KW = a["kernel"]
-        SH, SW = a["strides"]
-        PT, PL = a["pads"][0], a["pads"][1]
-        body = ("static void %(name)s(const int8_t *restrict in, int8_t *restrict out)\n{\n"
-                "    int c, oy, ox, y, x;\n"
-                "    for (c = 0; c < %(C)d; ++c) {\n"
-                "        const int8_t *xc = in + c * %(HW)d;\n"
-                "        for (oy = 0; oy < %(OH)d; ++oy) {\n"
-                "            const int iy0 = oy * %(SH)d - %(PT)d;\n"
-                "            const int y0 = iy0 < 0 ? 0 : iy0;\n"
-                "            const int y1 = iy0 + %(KH)d > %(H)d ? %(H)d : iy0 + %(KH)d;\n"
-                "            for (ox = 0; ox < %(OW)d; ++ox) {\n"
-                "                const int ix0 = ox * %(SW)d - %(PL)d;\n"
-                "                const int x0 = ix0 < 0 ? 0 : ix0;\n"
-                "                const int x1 = ix0 + %(KW)d > %(W)d ? %(W)d : ix0 + %(KW)d;\n"
-                "                int32_t acc = %(init)s;\n"
-                "                int32_t v;\n"
-                "                for (y = y0; y < y1; ++y)\n"
-                "                    for (x = x0; x < x1; ++x) {\n"
-                "                        const int32_t q = xc[y * %(W)d + x];\n"
-                "                        %(step)s\n"
-                "                    }\n"
-                "%(finish)s"
-                "                out[(c * %(OH)d + oy) * %(OW)d + ox] = (int8_t)v;\n"
-                "            }\n        }\n    }\n}\n"
-                % dict(name=name, C=C, HW=H * W, OH=OH, OW=OW, SH=SH, SW=SW, PT=PT, PL=PL, KH=KH, KW=KW,
-                       H=H, W=W, init=init, step=step, finish=finish))
-        return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        self.data.append(_struct("gx_pool_t", name, [
+            ("c", C), ("h", H), ("w", W), ("oh", OH), ("ow", OW), ("kh", a["kernel"][0]), ("kw", a["kernel"][1]),
+            ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]),
+            ("mode", mode)] + extra + [("act_min", lo), ("act_max", hi)]))
+        return "gx_pool(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
 
     def k_maxpool(self, i, op, name):
         a = op.attrs
-        fin = "                v = acc;\n" + _indent(_clamp("v", a["activation_min"], a["activation_max"]), 8)
-        return self._pool(i, op, name, "-129", "if (q > acc) acc = q;", fin)
+        return self._pool(i, op, name, "GX_POOL_MAX", [], a["activation_min"], a["activation_max"])
 
     def k_avgpool(self, i, op, name):
-        a, p = op.attrs, self.p
-        cnt = "(int32_t)((y1 - y0) * (x1 - x0))"
+        a = op.attrs
+        lo, hi = max(-128, a["activation_min"]), min(127, a["activation_max"])
         if a["mode"] == "round_div":
-            fin = ("                {\n                    const int32_t n = %s;\n"
-                   "                    v = acc > 0 ? (acc + n / 2) / n : (acc - n / 2) / n;\n"
-                   "                }\n" % cnt)
-        else:
-            # MEAN int8: (sum - zp_in * count) * multiplier (1/count folded in) + zp_out.
-            fin = ("                v = %s_mbqm(acc - %d, %d, %d) + %d;\n"
-                   % (p, a["input_zero_point"] * a["count"], a["mean_multiplier"], a["mean_shift"], a["output_offset"]))
-        fin += _indent(_clamp("v", max(-128, a["activation_min"]), min(127, a["activation_max"])), 8)
-        return self._pool(i, op, name, "0", "acc += q;", fin)
+            return self._pool(i, op, name, "GX_POOL_AVG_ROUND", [], lo, hi)
+        # MEAN int8: (sum - zp_in * count) * multiplier (1/count folded in) + zp_out.
+        extra = [("mean_mult", a["mean_multiplier"]), ("mean_shift", a["mean_shift"]),
+                 ("mean_sub", a["input_zero_point"] * a["count"]), ("out_offset", a["output_offset"])]
+        return self._pool(i, op, name, "GX_POOL_MEAN", extra, lo, hi)
 
     def k_argmax(self, i, op, name):
         x = self.g.tensors[op.inputs[0]]
-        body = ("static void %s(const %s *restrict in, int8_t *restrict out)\n{\n"
-                "    int k, best = 0;  /* ties: first index, like ARG_MAX */\n"
-                "    for (k = 1; k < %d; ++k) if (in[k] > in[best]) best = k;\n"
-                "    out[0] = (int8_t)best;\n}\n" % (name, x.ctype, x.size))
-        return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        fn = "gx_argmax16" if x.dtype == "int16" else "gx_argmax"
+        return "%s(%d, %s, %s)" % (fn, x.size, self.ptr(op.inputs[0]), self.ptr(op.output))
 
-    # -- 16x8 kernels (int16 activations, zero points 0)
+    def k_softmax(self, i, op, name):
+        a = op.attrs
+        shape = self.g.tensors[op.output].shape
+        n = shape[-1]
+        tfl = bool(a["tflite_output"])
+        self.data.append(_struct("gx_softmax_t", name, [
+            ("rows", int(np.prod(shape)) // n), ("n", n), ("diff_min", a["diff_min"]),
+            ("input_mult", a["input_multiplier"]), ("input_left_shift", a["input_left_shift"]),
+            ("tflite_output", int(tfl)), ("out_mult", 0 if tfl else a["output_multiplier"]),
+            ("out_shift", 0 if tfl else a["output_shift"]), ("out_offset", 0 if tfl else a["output_offset"])]))
+        return "gx_softmax(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
+
+    # -- 16x8 kernels (gx_kernels16.h; int16 activations, zero points 0)
     def k_fc16(self, i, op, name):
         """int16 x int8 with an int32 bias and accumulator (to_16x8 proved it cannot overflow; checked
         again here for hand-made graphs), double-rounding requantization, clamp; no offsets."""
@@ -388,64 +243,23 @@ class _Emitter:
         bound = int(np.abs(a["bias"].astype(np.int64)).max(initial=0)) + 32768 * int(np.abs(w).sum(axis=1).max(initial=0))
         if bound > INT32_MAX:
             raise ExportError("%s: int16 x int8 accumulator could overflow int32 (%d inputs)" % (op.name, IN))
-        self.data.append(_array("int8_t", "%s_w%d" % (p, i), a["weights"]))
-        self.data.append(_array("int32_t", "%s_b%d" % (p, i), a["bias"]))
-        self.data.append(_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
-        self.data.append(_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
-        body = ("static void %(name)s(const int16_t *restrict in, int16_t *restrict out)\n{\n"
-                "    int o, k;\n"
-                "    for (o = 0; o < %(OUT)d; ++o) {\n"
-                "        const int8_t *w = %(p)s_w%(i)d + o * %(IN)d;\n"
-                "        int32_t acc = %(p)s_b%(i)d[o];\n"
-                "        int32_t v;\n"
-                "        for (k = 0; k < %(IN)d; ++k) acc += (int32_t)w[k] * (int32_t)in[k];\n"
-                "        v = %(p)s_mbqm(acc, %(p)s_m%(i)d[o], %(p)s_s%(i)d[o]);\n%(clamp)s"
-                "        out[o] = (int16_t)v;\n    }\n}\n"
-                % dict(name=name, OUT=OUT, IN=IN, p=p, i=i,
-                       clamp=_clamp("v", a["activation_min"], a["activation_max"])))
-        return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
+        self.arrays(i, a, a["weights"], a["bias"])
+        self.data.append(_struct("gx_fc16_t", name, [
+            ("n_in", IN), ("n_out", OUT), ("weights", "%s_w%d" % (p, i)), ("q", _requant(p, i, a, False))]))
+        return "gx_fc16(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
 
     def k_tanh16(self, i, op, name):
-        """TFLM's int16 tanh (reference/integer_ops/tanh.h): rescale the input to 1/(3*4096) per LSB,
-        read sigmoid(2y) from the 256-entry uint16 table with linear interpolation, out = 2 s - 1 at
-        scale 2^-15. The power-of-two case (input_multiplier 0) becomes multiplier 3 << shift, shift 0.
-        The rescale runs in int32 when it provably fits, else in int64 clamped to +-65535 (|v| >= 65280
-        reads the saturated end of the table either way)."""
-        p = self.p
+        """TFLM's int16 tanh: the power-of-two case (input_multiplier 0) becomes multiplier 3 << shift,
+        shift 0; the rescale runs in int32 when 32768 * multiplier + rounding provably fits (wide = 0),
+        else in int64 clamped to +-65535 (wide = 1)."""
         m, ls = int(op.attrs["input_multiplier"]), int(op.attrs["input_left_shift"])
         if m == 0:
             m, ls = 3 << ls, 0
         rnd = (1 << (ls - 1)) if ls > 0 else 0
-        shift = " >> %d" % ls if ls else ""
-        if 32768 * m + rnd <= INT32_MAX:
-            rescale = "        const int32_t v = ((int32_t)in[k] * %d + %d)%s;\n" % (m, rnd, shift)
-        else:
-            rescale = ("        const int64_t v64 = ((int64_t)in[k] * %d + %d)%s;\n"
-                       "        const int32_t v = v64 > 65535 ? 65535 : (v64 < -65535 ? -65535 : (int32_t)v64);\n"
-                       % (m, rnd, shift))
-        body = ("static void %(name)s(const int16_t *restrict in, int16_t *restrict out)\n{\n"
-                "    int k;\n"
-                "    for (k = 0; k < %(n)d; ++k) {\n%(rescale)s"
-                "        const int32_t a = v < 0 ? -v : v;\n"
-                "        const int32_t uh = a >> 8;\n"
-                "        int32_t r;\n"
-                "        if (uh >= 255) {\n"
-                "            r = 0xFFFF << 8;\n"
-                "        } else {\n"
-                "            const int32_t ua = %(p)s_sigmoid16[uh], ub = %(p)s_sigmoid16[uh + 1];\n"
-                "            r = (ua << 8) + (a & 0xFF) * (ub - ua);\n"
-                "        }\n"
-                "        r = v >= 0 ? r - (1 << 23) + (1 << 7) : -r + (1 << 23) + (1 << 7) - 1;\n"
-                "        out[k] = (int16_t)(r >> 8);\n    }\n}\n"
-                % dict(name=name, n=self.g.tensors[op.output].size, rescale=rescale, p=p))
-        return body, [self.ptr(op.inputs[0]), self.ptr(op.output)]
-
-    def k_softmax(self, i, op, name):
-        return softmax_ref.emit_c(self, i, op, name)
-
-
-def _indent(s, n):
-    return "".join(" " * n + line + "\n" if line.strip() else "\n" for line in s.splitlines())
+        self.data.append(_struct("gx_tanh16_t", name, [
+            ("n", self.g.tensors[op.output].size), ("mult", m), ("left_shift", ls),
+            ("wide", int(32768 * m + rnd > INT32_MAX)), ("table", "%s_sigmoid16" % self.p)]))
+        return "gx_tanh16(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
 
 
 def _flt(x) -> str:
@@ -489,13 +303,14 @@ def generate(graph, prefix: str) -> Generated:
            "/* Activations: %d bytes planned (%d without buffer reuse). */" % (plan.arena_bytes, plan.naive_bytes),
            ("static union { int32_t words[%d];%s int8_t bytes[%d]; } %s_arena;\n" % (arena // 4, halves, arena, prefix)
             if plan.arena_bytes else "/* no arena: every op reads in and writes out */\n"),
-           HELPERS.format(p=prefix)]
+           '#include "%s"\n' % ("gx_kernels16.h" if graph.activation_dtype == "int16" else "gx_kernels.h"),
+           MARK]
     if any(op.kind == "tanh16" for op in graph.ops):
         src.append("/* TFLite's sigmoid_table_uint16: sigmoid(i / 24) in 0.16 fixed point, tuned for interpolation. */\n"
                    + _array("uint16_t", "%s_sigmoid16" % prefix, SIGMOID_TABLE_UINT16))
     src += e.data
-    src += e.funcs
-    src += ["int %s_invoke(const %s *in, %s *out)\n{" % (prefix, tin.ctype, tout.ctype)] + e.calls + ["    return 0;\n}\n"]
+    src += (["int %s_invoke(const %s *in, %s *out)\n{" % (prefix, tin.ctype, tout.ctype)] + e.calls +
+            ["    GX_MARK(%d);\n    return 0;\n}\n" % len(graph.ops)])
     return Generated("\n".join(hdr), "\n".join(src), plan, prefix, tin.dtype, tout.dtype)
 
 
@@ -506,4 +321,8 @@ def write(gen: Generated, out_dir) -> Dict[str, Path]:
     c = out / (gen.prefix + "_model.c")
     atomic_write_text(h, gen.header)
     atomic_write_text(c, gen.source)
-    return {"header": h, "source": c}
+    kernels = []
+    for name in KERNEL_HEADERS:
+        kernels.append(out / name)
+        atomic_write_text(kernels[-1], (CSRC / name).read_text())
+    return {"header": h, "source": c, "kernels": kernels}

@@ -12,6 +12,7 @@ import numpy as np
 
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report
+from grpo_edge.targets.contract import check_options
 
 from . import codegen, firmware, parse, rv32, simulate, tflm
 from .ir import Graph
@@ -102,18 +103,10 @@ def _require_tools() -> bool:
 def deploy(source, profile, out_dir, options=None) -> Report:
     """int8 QDQ ONNX `source` -> out_dir/firmware (ESP-IDF project + generated model) and
     out_dir/report.{json,md}. options: see DEFAULTS."""
-    opts = dict(DEFAULTS)
-    unknown = set(options or {}) - set(DEFAULTS)
-    if unknown:
-        raise TargetError("unknown esp32 deploy option(s): %s (known: %s)" % (", ".join(sorted(unknown)),
-                                                                            ", ".join(sorted(DEFAULTS))))
-    opts.update(options or {})
-    src = Path(str(source))
-    if not src.is_file():
-        raise TargetError("model file not found: %s" % src)
-    if src.suffix != ".onnx":
-        raise TargetError("esp32 deploy takes an int8 QDQ .onnx (export a checkpoint with onnx2int8 first), got %s" % src.name)
     pname, get, fsource = _profile(profile)
+    check_options({"name": pname}, options or {}, DEFAULTS)
+    opts = dict(DEFAULTS, **(options or {}))
+    src = _check_source(source)
     prefix = codegen.check_prefix(opts["prefix"] or default_prefix(src))
 
     graph = parse.parse(src)                        # unsupported op -> ExportError, nothing written
@@ -122,14 +115,51 @@ def deploy(source, profile, out_dir, options=None) -> Report:
 
     out = Path(out_dir)
     rep = Report(title="ESP32 deploy: %s" % src.name, target=pname)
+    _describe_model(graph, gen, fit, opts["quantization"], rep)
+    rng = np.random.default_rng(opts["seed"])
+    tin = graph.tensors[graph.input]
+    x_q = rng.integers(tin.qmin, tin.qmax + 1, size=(opts["n_check"],) + tuple(tin.shape[1:])).astype(tin.np_dtype)
+    _host_check(graph, gen, x_q, rep)               # 1. host C == reference, two optimisation levels
+    fw = firmware.assemble(graph, gen, out, opts["n_vectors"], opts["seed"])
+    if opts["ort"]:                                 # 2. onnxruntime QDQ within 1 LSB per op
+        _ort_check(graph, src, rng, opts, rep)
+    if opts["rv32"] and (rv32.available() or _require_tools()):
+        _rv32_check(graph, gen, x_q, (pname, get, fsource), rep)    # 3. rv32imc instruction-level simulation
+    elif opts["rv32"]:
+        rep.notes.append("rv32 simulation skipped: %s" % rv32.missing_reason())
+    if opts["tflm"] and (tflm.available() or _require_tools()):
+        _tflm_check(graph, gen, x_q, opts, out, rep)                # 4. TFLite Micro baseline
+    elif opts["tflm"]:
+        rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
+    rep.sections["firmware"] = {"dir": str(fw["dir"]), "checksum": "0x%08x" % fw["checksum"],
+                                "test_vectors": fw["n_vectors"],
+                                "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
+                                         % (fw["dir"], pname if pname.startswith("esp32") else "esp32"),
+                                "flash": "grpo-edge flash %s --port PORT" % out}
+    rep.write(out)
+    return rep
+
+
+def _check_source(source) -> Path:
+    """The source must be an existing .onnx file (an int8 QDQ model)."""
+    src = Path(str(source))
+    if not src.is_file():
+        raise TargetError("model file not found: %s" % src)
+    if src.suffix != ".onnx":
+        raise TargetError("esp32 deploy takes an int8 QDQ .onnx (export a checkpoint with onnx2int8 first), got %s" % src.name)
+    return src
+
+
+def _describe_model(graph, gen, fit, quantization, rep) -> None:
+    """The model's arithmetic, how its quantization was chosen, its sizes and MACs (exact figures)."""
     if graph.activation_dtype == "int16":
         rep.notes.append("Arithmetic: TFLite 16x8 rules (int16 activations, int8 weights, int32 bias and accumulator, "
                          "double rounding; TFLM's int16 tanh).")
     else:
         rep.notes.append("Arithmetic: TFLite int8 rules, double rounding (TFLM default); tanh/sigmoid as 256-entry tables.")
     rep.add("activations", graph.activation_dtype, "", "exact", "activation type of the generated code (weights int8)")
-    if opts["quantization"]:
-        q = opts["quantization"]
+    if quantization:
+        q = quantization
         rep.sections["quantization"] = {k: v for k, v in q.items() if k != "chosen_path"}
         rep.notes.append("Quantization chosen by measurement: %s. Candidates (decision agreement with fp32 on the "
                          "calibration states): %s." % (q.get("rule", ""), ", ".join(
@@ -145,99 +175,103 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     macs = sum(op.macs(graph.tensors) for op in graph.ops if op.kind in ("fc", "fc16", "conv"))
     rep.add("macs_per_inference", macs, "MAC", "exact", "sum over fc/conv ops")
 
-    rng = np.random.default_rng(opts["seed"])
-    tin = graph.tensors[graph.input]
-    in_shape = tin.shape
-    x_q = rng.integers(tin.qmin, tin.qmax + 1, size=(opts["n_check"],) + tuple(in_shape[1:])).astype(tin.np_dtype)
 
-    # 1. host C == reference, two optimisation levels
+def _host_check(graph, gen, x_q, rep) -> None:
+    """The generated C, compiled for this host at two optimisation levels, must equal the NumPy reference."""
     host = simulate.host_check(graph, gen, x_q)
     rep.sections["host_simulation"] = host
     rep.add("host_bit_exact", host["bit_exact"], "", "measured-host",
-            "gcc %s, %d random %s inputs vs NumPy reference" % (" ".join(simulate.CFLAGS), len(x_q), tin.dtype))
+            "gcc %s, %d random %s inputs vs NumPy reference" % (" ".join(simulate.CFLAGS), len(x_q),
+                                                                  graph.tensors[graph.input].dtype))
     if not host["bit_exact"]:
         raise TargetError("generated C differs from the NumPy reference on the host (%s): not deploying"
                           % {k: v["mismatches"] for k, v in host["builds"].items()})
-    fw = firmware.assemble(graph, gen, out, opts["n_vectors"], opts["seed"])
 
-    # 2. onnxruntime QDQ within 1 LSB per op
-    if opts["ort"]:
-        xf = (opts["eval_inputs"] if opts["eval_inputs"] is not None
-              else rng.standard_normal((200,) + tuple(in_shape[1:])).astype(np.float32))
-        xf = np.asarray(xf, dtype=np.float32).reshape((-1,) + tuple(in_shape[1:]))
-        o = simulate.ort_check(graph, src, xf[:500])
-        rep.sections["onnxruntime_check"] = o
-        rep.add("ort_max_lsb_per_op", o["per_op_max_lsb"], "LSB", "measured-host",
-                "onnxruntime QDQ, graph optimizations disabled, our reference fed ORT's %s inputs per op" % tin.dtype)
-        rep.add("ort_max_lsb_end_to_end", o["end_to_end_max_lsb"], "LSB", "measured-host", "same inputs, whole model")
-        if opts["fp32_onnx"]:
-            agree = fp32_agreement(graph, opts["fp32_onnx"], xf[:1000])
-            rep.add("decision_agreement_fp32", agree, "", "measured-host",
-                    "argmax of the %s integer reference vs fp32 ONNX on %d eval inputs" % (graph.activation_dtype, len(xf[:1000])))
-            if opts["task"] is not None:
-                m = task_metrics(graph, opts["task"], opts["fp32_onnx"])
-                name = getattr(opts["task"], "metric_name", "metric")
-                rep.add("task_metric_fp32", m["fp32"], name, "measured-host", "fp32 ONNX as the policy, task evaluation")
-                rep.add("task_metric_integer", m["integer"], name, "measured-host",
-                        "the %s integer reference (the C's arithmetic) as the policy, same evaluation" % graph.activation_dtype)
-            for c in (rep.sections.get("quantization") or {}).get("candidates", []):
-                if "error" not in c and Path(c["path"]).is_file():    # what each candidate does on the same states
-                    c["agreement_eval"] = fp32_agreement(parse.parse(c["path"]), opts["fp32_onnx"], xf[:1000])
 
-    # 3. rv32imc instruction-level simulation
+def _ort_check(graph, src, rng, opts, rep) -> None:
+    """onnxruntime's QDQ arithmetic vs our reference (LSB per op and end to end); with the fp32 model, the
+    decision agreement and the task metric too."""
+    tin = graph.tensors[graph.input]
+    in_shape = tin.shape
+    xf = (opts["eval_inputs"] if opts["eval_inputs"] is not None
+          else rng.standard_normal((200,) + tuple(in_shape[1:])).astype(np.float32))
+    xf = np.asarray(xf, dtype=np.float32).reshape((-1,) + tuple(in_shape[1:]))
+    o = simulate.ort_check(graph, src, xf[:500])
+    rep.sections["onnxruntime_check"] = o
+    rep.add("ort_max_lsb_per_op", o["per_op_max_lsb"], "LSB", "measured-host",
+            "onnxruntime QDQ, graph optimizations disabled, our reference fed ORT's %s inputs per op" % tin.dtype)
+    rep.add("ort_max_lsb_end_to_end", o["end_to_end_max_lsb"], "LSB", "measured-host", "same inputs, whole model")
+    if opts["fp32_onnx"]:
+        _fp32_check(graph, xf[:1000], opts["fp32_onnx"], opts["task"], rep)
+
+
+def _fp32_check(graph, xf, fp32_onnx, task, rep) -> None:
+    """Decisions of the integer reference vs the fp32 ONNX model (and each quantization candidate's), and
+    the task metric of both when the task is known."""
+    agree = fp32_agreement(graph, fp32_onnx, xf)
+    rep.add("decision_agreement_fp32", agree, "", "measured-host",
+            "argmax of the %s integer reference vs fp32 ONNX on %d eval inputs" % (graph.activation_dtype, len(xf)))
+    if task is not None:
+        m = task_metrics(graph, task, fp32_onnx)
+        name = getattr(task, "metric_name", "metric")
+        rep.add("task_metric_fp32", m["fp32"], name, "measured-host", "fp32 ONNX as the policy, task evaluation")
+        rep.add("task_metric_integer", m["integer"], name, "measured-host",
+                "the %s integer reference (the C's arithmetic) as the policy, same evaluation" % graph.activation_dtype)
+    for c in (rep.sections.get("quantization") or {}).get("candidates", []):
+        if "error" not in c and Path(c["path"]).is_file():    # what each candidate does on the same states
+            c["agreement_eval"] = fp32_agreement(parse.parse(c["path"]), fp32_onnx, xf)
+
+
+def _rv32_check(graph, gen, x_q, prof, rep) -> None:
+    """The C on an rv32imc instruction-level simulator: bit-exact check, instruction count, flash and RAM;
+    then the device latency and energy estimated from the count and the profile."""
+    r = rv32.rv32_check(graph, gen, x_q[:min(100, len(x_q))])
+    rep.sections["rv32_simulation"] = r
+    n = r["instructions"]["mean"]
+    rep.add("rv32_bit_exact", r["bit_exact"], "", "measured-host", "unicorn rv32imc vs NumPy reference")
+    rep.add("rv32_instructions_per_inference", int(round(n)), "instr", "measured-host",
+            "unicorn rv32imc, exact count, %s" % r["compiler"])
+    flash_ours = r["sections"]["text"] + r["sections"]["rodata"] + r["sections"]["data"]
+    rep.add("flash_bytes", flash_ours, "B", "measured-host", "rv32imc -O2 ELF: .text + .rodata + .data of the model")
+    rep.add("ram_bytes", gen.plan.arena_bytes + r["stack_bytes"], "B", "measured-host",
+            "arena %d + measured rv32 stack %d" % (gen.plan.arena_bytes, r["stack_bytes"]))
+    _estimate_latency(n, prof, rep)
+
+
+def _estimate_latency(n_instructions, prof, rep) -> None:
+    """Latency = instructions x CPI / clock, energy = latency x active power: estimates from the profile."""
+    pname, get, fsource = prof
     clock = get("clock_hz")
-    if opts["rv32"] and (rv32.available() or _require_tools()):
-        r = rv32.rv32_check(graph, gen, x_q[:min(100, len(x_q))])
-        rep.sections["rv32_simulation"] = r
-        n = r["instructions"]["mean"]
-        rep.add("rv32_bit_exact", r["bit_exact"], "", "measured-host", "unicorn rv32imc vs NumPy reference")
-        rep.add("rv32_instructions_per_inference", int(round(n)), "instr", "measured-host",
-                "unicorn rv32imc, exact count, %s" % r["compiler"])
-        flash_ours = r["sections"]["text"] + r["sections"]["rodata"] + r["sections"]["data"]
-        rep.add("flash_bytes", flash_ours, "B", "measured-host", "rv32imc -O2 ELF: .text + .rodata + .data of the model")
-        rep.add("ram_bytes", gen.plan.arena_bytes + r["stack_bytes"], "B", "measured-host",
-                "arena %d + measured rv32 stack %d" % (gen.plan.arena_bytes, r["stack_bytes"]))
-        if not clock:
-            rep.notes.append("no clock_hz in the profile: latency and energy not estimated")
-            power = None
-        else:
-            clock = float(clock)
-            lat = n * rv32.CPI_RV32 / clock
-            how = ("rv32imc count x CPI %.1f (assumed) / %s clock %.0f MHz" % (rv32.CPI_RV32, pname, clock / 1e6))
-            if pname != "esp32c3":
-                how += "; Xtensa assumed to need the same instruction count as rv32imc (no Xtensa compiler here)"
-            rep.add("latency_s", lat, "s", "estimated", how + " [%s]" % fsource("clock_hz"))
-            power = get("active_power_w")
-        if power:
-            rep.add("energy_j", lat * float(power), "J", "estimated",
-                    "latency estimate x active_power_w %.3g W [%s]" % (float(power), fsource("active_power_w")))
-    elif opts["rv32"]:
-        rep.notes.append("rv32 simulation skipped: %s" % rv32.missing_reason())
+    if not clock:
+        rep.notes.append("no clock_hz in the profile: latency and energy not estimated")
+        return
+    clock = float(clock)
+    lat = n_instructions * rv32.CPI_RV32 / clock
+    how = ("rv32imc count x CPI %.1f (assumed) / %s clock %.0f MHz" % (rv32.CPI_RV32, pname, clock / 1e6))
+    if pname != "esp32c3":
+        how += "; Xtensa assumed to need the same instruction count as rv32imc (no Xtensa compiler here)"
+    rep.add("latency_s", lat, "s", "estimated", how + " [%s]" % fsource("clock_hz"))
+    power = get("active_power_w")
+    if power:
+        rep.add("energy_j", lat * float(power), "J", "estimated",
+                "latency estimate x active_power_w %.3g W [%s]" % (float(power), fsource("active_power_w")))
 
-    # 4. TFLite Micro baseline
-    if opts["tflm"] and (tflm.available() or _require_tools()):
-        tb = tflm_baseline(graph, gen, x_q, opts, out)
-        rep.sections["tflm_baseline"] = tb
-        if "skipped" not in tb:
-            rep.add("tflm_arena_bytes", tb["arena_bytes"], "B", "measured-host",
-                    "smallest arena TFLM runs in (subprocess bisection), %s" % tb["tflm"])
-            why = tb["outputs"]["reason"]
-            rep.add("tflm_outputs_max_lsb", tb["outputs"]["max_lsb"], "LSB", "measured-host",
-                    "TFLM vs our reference, same parameters" + ("; " + why if why else ""))
-            ipi = tb.get("instructions_per_inference")
-            if ipi:
-                rep.add("host_instructions_ours", int(round(ipi["ours"])), "instr", "measured-host", ipi["how"])
-                rep.add("host_instructions_tflm", int(round(ipi["tflm"])), "instr", "measured-host", ipi["how"])
-    elif opts["tflm"]:
-        rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
 
-    rep.sections["firmware"] = {"dir": str(fw["dir"]), "checksum": "0x%08x" % fw["checksum"],
-                                "test_vectors": fw["n_vectors"],
-                                "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
-                                         % (fw["dir"], pname if pname.startswith("esp32") else "esp32"),
-                                "flash": "grpo-edge flash %s --port PORT" % out}
-    rep.write(out)
-    return rep
+def _tflm_check(graph, gen, x_q, opts, out, rep) -> None:
+    """The same parameters in TensorFlow Lite Micro: arena, outputs vs ours, host instructions."""
+    tb = tflm_baseline(graph, gen, x_q, opts, out)
+    rep.sections["tflm_baseline"] = tb
+    if "skipped" in tb:
+        return
+    rep.add("tflm_arena_bytes", tb["arena_bytes"], "B", "measured-host",
+            "smallest arena TFLM runs in (subprocess bisection), %s" % tb["tflm"])
+    why = tb["outputs"]["reason"]
+    rep.add("tflm_outputs_max_lsb", tb["outputs"]["max_lsb"], "LSB", "measured-host",
+            "TFLM vs our reference, same parameters" + ("; " + why if why else ""))
+    ipi = tb.get("instructions_per_inference")
+    if ipi:
+        rep.add("host_instructions_ours", int(round(ipi["ours"])), "instr", "measured-host", ipi["how"])
+        rep.add("host_instructions_tflm", int(round(ipi["tflm"])), "instr", "measured-host", ipi["how"])
 
 
 def fp32_agreement(graph, fp32_onnx, xf) -> float:
@@ -253,7 +287,7 @@ def fp32_agreement(graph, fp32_onnx, xf) -> float:
 def task_metrics(graph, task, fp32_onnx) -> dict:
     """The task's own metric (e.g. CartPole return) with the fp32 model and with the integer reference
     driving the task: decisions that differ only where the policy is indifferent cost nothing here."""
-    from grpo_edge.bench.runtime import ArrayPolicy, onnx_policy, task_metric
+    from grpo_edge.export.evaluate import ArrayPolicy, onnx_policy, task_metric
     from . import reference as R
     tin, tout = graph.tensors[graph.input], graph.tensors[graph.output]
     shape = tuple(tin.shape[1:])

@@ -26,7 +26,7 @@ import numpy as np
 
 from grpo_edge.errors import ExportError
 
-from . import reference as R
+from . import fixedpoint as R
 
 SIGMOID_TABLE_UINT16 = np.array([
     32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
@@ -91,8 +91,8 @@ def tanh_int16(x, p):
 def fully_connected16(x, p):
     """x (B, IN) int16, weights (OUT, IN) int8, bias (OUT,) int32 -> (B, OUT) int16: acc in int32,
     double-rounding requantization per output channel, clamp."""
-    acc = R._check_int32(R._i64(x) @ R._i64(p["weights"]).T + R._i64(p["bias"]), "accumulator")
-    out = R.mbqm(acc, R._i64(p["multiplier"]).reshape(1, -1), R._i64(p["shift"]).reshape(1, -1))
+    acc = R.check_int32(R.i64(x) @ R.i64(p["weights"]).T + R.i64(p["bias"]), "accumulator")
+    out = R.mbqm(acc, R.i64(p["multiplier"]).reshape(1, -1), R.i64(p["shift"]).reshape(1, -1))
     return R.clamp16(out, p["activation_min"], p["activation_max"])
 
 

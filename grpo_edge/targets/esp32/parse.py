@@ -30,7 +30,9 @@ def load_onnx(path):
 
 def parse(path) -> Graph:
     """ONNX file -> Graph. Raises ExportError (one line) for anything the generator cannot handle."""
+    from grpo_edge.export.validate import check_qdq_scales
     model = load_onnx(path)
+    check_qdq_scales(model, path)
     g = _Parser(model).run()
     g.model_hash = file_hash(path)
     g.source = str(path)

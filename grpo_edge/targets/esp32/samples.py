@@ -101,8 +101,9 @@ def build(name: str, out_dir, seed: int = 0) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fp32, int8 = out / (name + ".onnx"), out / (name + ".int8.onnx")
+    # batch axis dynamic: the int16 export probes tensor ranges in batches (onnx_utils.tensor_values)
     torch.onnx.export(model, (torch.randn(*shape),), str(fp32), dynamo=False, opset_version=17,
-                      input_names=["x"], output_names=["y"])
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     data = calibration(shape, seed=seed)
     if name in INT16_NAMES:
         from grpo_edge.export.onnx2int8 import onnx2int8
@@ -126,26 +127,6 @@ def build(name: str, out_dir, seed: int = 0) -> Path:
 def input_shape(name: str):
     return _modules()[name][1]
 
-
-
-
-def cached(name: str) -> Path:
-    """Build once per machine user into the temp folder (atomic rename), then reuse: for tests."""
-    import getpass
-    import os
-    import tempfile
-    import torch
-    root = Path(tempfile.gettempdir()) / ("grpo_edge_esp32_samples_%s_torch%s" % (getpass.getuser(), torch.__version__))
-    path = root / (name + ".int8.onnx")
-    if not path.exists():
-        tmp = Path(tempfile.mkdtemp(prefix=".build_", dir=str(root.parent)))
-        built = build(name, tmp)
-        root.mkdir(exist_ok=True)
-        for f in tmp.iterdir():
-            os.replace(str(f), str(root / f.name))
-        tmp.rmdir()
-        assert built.name == path.name
-    return path
 
 
 if __name__ == "__main__":

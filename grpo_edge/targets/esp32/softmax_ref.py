@@ -18,7 +18,7 @@ import numpy as np
 
 from grpo_edge.errors import ExportError
 
-from . import reference as R
+from . import fixedpoint as R
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -114,87 +114,3 @@ def softmax_int8(x, p):
     p16 = R.rounding_divide_by_pot(prod, bits + 31 - 16)
     out = R.mbqm(p16, p["output_multiplier"], p["output_shift"]) + p["output_offset"]
     return R.clamp8(np.where(keep, out, -128))
-
-
-C_HELPERS = """\
-static int32_t {p}_sm_exp(int32_t a)  /* gemmlowp exp_on_negative_values, Q5.26 -> Q0.31 */
-{{
-    const int32_t a_mod = (a & ((1 << 24) - 1)) - (1 << 24);
-    const int32_t x = (int32_t)((uint32_t)a_mod << 5) + (1 << 28);
-    const int32_t x2 = {p}_srdhm(x, x), x3 = {p}_srdhm(x2, x), x4 = {p}_srdhm(x2, x2);
-    const int32_t poly = {p}_rdbpot({p}_srdhm({p}_rdbpot(x4, 2) + x3, 715827883) + x2, 1);
-    const int32_t rem = a_mod - a;
-    int32_t r = 1895147668 + {p}_srdhm(1895147668, x + poly);
-    if (rem & (1 << 24)) r = {p}_srdhm(r, 1672461947);
-    if (rem & (1 << 25)) r = {p}_srdhm(r, 1302514674);
-    if (rem & (1 << 26)) r = {p}_srdhm(r, 790015084);
-    if (rem & (1 << 27)) r = {p}_srdhm(r, 290630308);
-    if (rem & (1 << 28)) r = {p}_srdhm(r, 39332535);
-    if (rem & (1 << 29)) r = {p}_srdhm(r, 720401);
-    if (rem & (1 << 30)) r = {p}_srdhm(r, 242);
-    return a == 0 ? INT32_MAX : r;
-}}
-
-static int32_t {p}_sm_shl(int32_t x, int e)  /* saturating x * 2^e */
-{{
-    const int32_t thr = (int32_t)(((int64_t)1 << (31 - e)) - 1);
-    if (x > thr) return INT32_MAX;
-    if (x < -thr) return INT32_MIN;
-    return (int32_t)((uint32_t)x << e);
-}}
-
-static int32_t {p}_sm_recip(int32_t sum, int *bits_over_unit)  /* TFLite GetReciprocal, 12 integer bits */
-{{
-    int clz = 0, i;
-    int64_t s;
-    int32_t half, x;
-    uint32_t u = (uint32_t)sum;
-    while (clz < 32 && !(u & 0x80000000u)) {{ u <<= 1; ++clz; }}
-    *bits_over_unit = 12 - clz;
-    s = (int64_t)(int32_t)(((uint32_t)sum << clz) - 0x80000000u) + INT32_MAX;
-    half = (int32_t)((s + (s >= 0 ? 1 : -1)) / 2);
-    x = 1515870810 + {p}_srdhm(half, -1010580540);
-    for (i = 0; i < 3; ++i)
-        x = x + {p}_sm_shl({p}_srdhm(x, (1 << 29) - {p}_srdhm(half, x)), 2);
-    return {p}_sm_shl(x, 1);
-}}
-"""
-
-
-def emit_c(em, i, op, name):
-    a, p = op.attrs, em.p
-    shape = em.g.tensors[op.output].shape
-    n = shape[-1]
-    rows = int(np.prod(shape)) // n
-    if not getattr(em, "_softmax_helpers", False):
-        em.funcs.insert(0, C_HELPERS.format(p=p))
-        em._softmax_helpers = True
-    if a["tflite_output"]:
-        fin = "v = %s_rdbpot(%s_srdhm(recip, e[c]), bits + 23) - 128;" % (p, p)
-    else:
-        fin = ("v = %s_mbqm(%s_rdbpot(%s_srdhm(recip, e[c]), bits + 15), %d, %d) + %d;"
-               % (p, p, p, a["output_multiplier"], a["output_shift"], a["output_offset"]))
-    body = ("static void %(name)s(const int8_t *restrict in, int8_t *restrict out)\n{\n"
-            "    int r, c, bits;\n"
-            "    int32_t e[%(n)d];\n"
-            "    for (r = 0; r < %(rows)d; ++r) {\n"
-            "        const int8_t *x = in + r * %(n)d;\n"
-            "        int8_t *o = out + r * %(n)d;\n"
-            "        int32_t mx = -128, sum = 0, recip, v;\n"
-            "        for (c = 0; c < %(n)d; ++c) if (x[c] > mx) mx = x[c];\n"
-            "        for (c = 0; c < %(n)d; ++c) {\n"
-            "            const int32_t d = (int32_t)x[c] - mx;\n"
-            "            e[c] = d >= %(dmin)d ? %(p)s_sm_exp(%(p)s_srdhm((int32_t)((uint32_t)d << %(ls)d), %(m)d)) : 0;\n"
-            "            sum += %(p)s_rdbpot(e[c], 12);\n"
-            "        }\n"
-            "        recip = %(p)s_sm_recip(sum, &bits);\n"
-            "        for (c = 0; c < %(n)d; ++c) {\n"
-            "            if (e[c] == 0 && (int32_t)x[c] - mx < %(dmin)d) { o[c] = -128; continue; }\n"
-            "            %(fin)s\n"
-            "            if (v < -128) v = -128;\n"
-            "            if (v > 127) v = 127;\n"
-            "            o[c] = (int8_t)v;\n"
-            "        }\n    }\n}\n"
-            % dict(name=name, n=n, rows=rows, p=p, dmin=a["diff_min"], ls=a["input_left_shift"],
-                   m=a["input_multiplier"], fin=fin))
-    return body, [em.ptr(op.inputs[0]), em.ptr(op.output)]

@@ -133,7 +133,7 @@ def answer_time(prof, instr_prefill, instr_decode, n_decode, input_len, weight_b
 def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
     """A text checkpoint -> out_dir/{firmware/ or text_c/, report.json, report.md}; see the module docstring."""
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     from grpo_edge.targets.profiles import load_profile
     from . import textgen_c, textsim, rv32
     from .text_ref import run_prompts

@@ -97,90 +97,108 @@ class _Builder:
                 return None
         return self.tfl.Padding.SAME
 
+    # op kind -> the method that maps it to TFLite operators
+    MAPPERS = {"fc": "_fc", "fc16": "_fc", "conv": "_conv", "add": "_add", "tanh16": "_tanh16", "lut": "_lut",
+               "maxpool": "_pool", "avgpool": "_pool", "reshape": "_reshape", "argmax": "_argmax",
+               "softmax": "_softmax"}
+
     def build(self) -> bytes:
-        tfl, g = self.tfl, self.g
-        B = tfl.BuiltinOperator
-        I8, I32 = tfl.TensorType.INT8, tfl.TensorType.INT32
+        """Map every op of the graph to TFLite operators, then serialize the model."""
+        g = self.g
         for i, op in enumerate(g.ops):
-            a = op.attrs
-            x = op.inputs[0]
-            out = g.tensors[op.output]
-            if op.kind in ("fc", "fc16"):     # fc16: int16 in/out via act(); the INT32 bias picks TFLM's int32 accumulator
-                w = a["weights"]
-                s_in = g.tensors[x].scale
-                wt = self.const(w, "w%d" % i, I8, a["weight_scales"], 0)
-                bt = self.const(a["bias"].astype(np.int32), "b%d" % i, I32,
-                                (np.float32(s_in) * a["weight_scales"]).astype(np.float32), 0)
-                self.op(B.FULLY_CONNECTED, [self.act(x), wt, bt], [self.act(op.output)],
-                        tfl.BuiltinOptions.FullyConnectedOptions, tfl.FullyConnectedOptionsT())
-            elif op.kind == "conv":
-                w = a["weights"]
-                OC, CG, KH, KW = w.shape
-                C, H, W = g.tensors[x].shape[1:]
-                pad = self.padding(a, (H, W), out.shape[2:], (KH, KW), op.name)
-                xin = self.act(x)
-                if pad is None:
-                    xin = self._pad(i, x, a["pads"])
-                    pad = tfl.Padding.VALID
-                s_in = g.tensors[x].scale
-                bt = self.const(a["bias"].astype(np.int32), "b%d" % i, I32,
-                                (np.float32(s_in) * a["weight_scales"]).astype(np.float32), 0)
-                sh, sw = a["strides"]
-                dh, dw = a["dilations"]
-                if a["group"] == 1:
-                    wt = self.const(w.transpose(0, 2, 3, 1), "w%d" % i, I8, a["weight_scales"], 0)
-                    self.op(B.CONV_2D, [xin, wt, bt], [self.act(op.output)], tfl.BuiltinOptions.Conv2DOptions,
-                            tfl.Conv2DOptionsT(padding=pad, strideW=sw, strideH=sh, dilationWFactor=dw, dilationHFactor=dh))
-                elif a["group"] == C and CG == 1:
-                    wt = self.const(w.transpose(1, 2, 3, 0), "w%d" % i, I8, a["weight_scales"], 3)
-                    self.op(B.DEPTHWISE_CONV_2D, [xin, wt, bt], [self.act(op.output)],
-                            tfl.BuiltinOptions.DepthwiseConv2DOptions,
-                            tfl.DepthwiseConv2DOptionsT(padding=pad, strideW=sw, strideH=sh, depthMultiplier=OC // C,
-                                                        dilationWFactor=dw, dilationHFactor=dh))
-                else:
-                    raise TargetError("TFLM has no grouped convolution (node %r, group %d)" % (op.name, a["group"]))
-            elif op.kind == "add":
-                ins = []
-                for t in op.inputs:
-                    if t in a["constants"]:
-                        full = np.broadcast_to(a["constants"][t], out.shape)
-                        full = full.transpose(0, 2, 3, 1) if full.ndim == 4 else full
-                        sc, zp = a["constant_quant"][t]
-                        tt = self.const(np.ascontiguousarray(full).astype(np.int8), t, I8)
-                        tt.quantization = self.me.Quantization(scales=[float(sc)], zero_points=[int(zp)])
-                        ins.append(tt)
-                    else:
-                        ins.append(self.act(t))
-                self.op(B.ADD, ins, [self.act(op.output)], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
-            elif op.kind == "tanh16":         # int16 in/out, zero point 0, output scale 2^-15 (checked by the parser)
-                self.op(B.TANH, [self.act(x)], [self.act(op.output)])
-            elif op.kind == "lut":
-                self._lut(i, op)
-            elif op.kind in ("maxpool", "avgpool"):
-                self._pool(i, op)
-            elif op.kind == "reshape":
-                self._reshape(i, op)
-            elif op.kind == "argmax":
-                if g.tensors[x].dtype != "int8":
-                    raise TargetError("no TFLM baseline for this 16x8 model: %s (node %r)" % (REASON_ARGMAX16, op.name))
-                axis = self.const(np.array([len(g.tensors[x].shape) - 1], np.int32), "axis%d" % i, I32)
-                o = self.me.Tensor(shape=(1,), dtype=I32, name=op.output)
-                self.t[op.output] = o
-                self.op(B.ARG_MAX, [self.act(x), axis], [o], tfl.BuiltinOptions.ArgMaxOptions,
-                        tfl.ArgMaxOptionsT(outputType=I32))
-            elif op.kind == "softmax":
-                y = self.act(op.output)
-                if not a["tflite_output"]:        # TFLite fixes softmax outputs at 1/256, -128
-                    y = self.act("softmax_fixed%d" % i, _nhwc(out.shape), 1.0 / 256, -128)
-                    self.notes.append("op %d (softmax): TFLM needs output scale 1/256 then a QUANTIZE to the model's "
-                                      "scale %g (two roundings); we requantize from 16 fractional bits once" % (i, out.scale))
-                self.op(B.SOFTMAX, [self.act(x)], [y], tfl.BuiltinOptions.SoftmaxOptions, tfl.SoftmaxOptionsT(beta=1.0))
-                if not a["tflite_output"]:
-                    self.op(B.QUANTIZE, [y], [self.act(op.output)])
-            else:
+            if op.kind not in self.MAPPERS:
                 raise TargetError("no TFLM mapping for op %s" % op.kind)
+            getattr(self, self.MAPPERS[op.kind])(i, op)
         sg = self.me.Subgraph(operators=self.ops, inputs=[self.t[g.input]], outputs=[self.t[g.output]])
         return bytes(self.me.Model(subgraphs=[sg], description="grpo-edge esp32 baseline").build())
+
+    def _bias(self, i, op):
+        """The int32 bias, quantized at input scale x weight scales (per channel)."""
+        a = op.attrs
+        s_in = self.g.tensors[op.inputs[0]].scale
+        return self.const(a["bias"].astype(np.int32), "b%d" % i, self.tfl.TensorType.INT32,
+                          (np.float32(s_in) * a["weight_scales"]).astype(np.float32), 0)
+
+    def _fc(self, i, op):
+        """FULLY_CONNECTED; fc16: int16 in/out via act(); the INT32 bias picks TFLM's int32 accumulator."""
+        tfl, a = self.tfl, op.attrs
+        wt = self.const(a["weights"], "w%d" % i, tfl.TensorType.INT8, a["weight_scales"], 0)
+        bt = self._bias(i, op)
+        self.op(tfl.BuiltinOperator.FULLY_CONNECTED, [self.act(op.inputs[0]), wt, bt], [self.act(op.output)],
+                tfl.BuiltinOptions.FullyConnectedOptions, tfl.FullyConnectedOptionsT())
+
+    def _conv(self, i, op):
+        """CONV_2D or DEPTHWISE_CONV_2D (weights to TFLite layout), with an explicit PAD when needed."""
+        tfl, B, I8, a = self.tfl, self.tfl.BuiltinOperator, self.tfl.TensorType.INT8, op.attrs
+        x = op.inputs[0]
+        w = a["weights"]
+        OC, CG, KH, KW = w.shape
+        C, H, W = self.g.tensors[x].shape[1:]
+        pad = self.padding(a, (H, W), self.g.tensors[op.output].shape[2:], (KH, KW), op.name)
+        xin = self.act(x)
+        if pad is None:
+            xin = self._pad(i, x, a["pads"])
+            pad = tfl.Padding.VALID
+        bt = self._bias(i, op)
+        sh, sw = a["strides"]
+        dh, dw = a["dilations"]
+        if a["group"] == 1:
+            wt = self.const(w.transpose(0, 2, 3, 1), "w%d" % i, I8, a["weight_scales"], 0)
+            self.op(B.CONV_2D, [xin, wt, bt], [self.act(op.output)], tfl.BuiltinOptions.Conv2DOptions,
+                    tfl.Conv2DOptionsT(padding=pad, strideW=sw, strideH=sh, dilationWFactor=dw, dilationHFactor=dh))
+        elif a["group"] == C and CG == 1:
+            wt = self.const(w.transpose(1, 2, 3, 0), "w%d" % i, I8, a["weight_scales"], 3)
+            self.op(B.DEPTHWISE_CONV_2D, [xin, wt, bt], [self.act(op.output)],
+                    tfl.BuiltinOptions.DepthwiseConv2DOptions,
+                    tfl.DepthwiseConv2DOptionsT(padding=pad, strideW=sw, strideH=sh, depthMultiplier=OC // C,
+                                                dilationWFactor=dw, dilationHFactor=dh))
+        else:
+            raise TargetError("TFLM has no grouped convolution (node %r, group %d)" % (op.name, a["group"]))
+
+    def _add(self, i, op):
+        """ADD; a constant operand becomes a full-shape int8 tensor in TFLite layout."""
+        tfl, a, out = self.tfl, op.attrs, self.g.tensors[op.output]
+        ins = []
+        for t in op.inputs:
+            if t in a["constants"]:
+                full = np.broadcast_to(a["constants"][t], out.shape)
+                full = full.transpose(0, 2, 3, 1) if full.ndim == 4 else full
+                sc, zp = a["constant_quant"][t]
+                tt = self.const(np.ascontiguousarray(full).astype(np.int8), t, tfl.TensorType.INT8)
+                tt.quantization = self.me.Quantization(scales=[float(sc)], zero_points=[int(zp)])
+                ins.append(tt)
+            else:
+                ins.append(self.act(t))
+        self.op(tfl.BuiltinOperator.ADD, ins, [self.act(op.output)], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
+
+    def _tanh16(self, i, op):
+        """TANH, int16 in/out, zero point 0, output scale 2^-15 (checked by the parser)."""
+        self.op(self.tfl.BuiltinOperator.TANH, [self.act(op.inputs[0])], [self.act(op.output)])
+
+    def _argmax(self, i, op):
+        """ARG_MAX over the last axis (int8 inputs only: TFLM has no int16 ARG_MAX)."""
+        tfl, g, x = self.tfl, self.g, op.inputs[0]
+        I32 = tfl.TensorType.INT32
+        if g.tensors[x].dtype != "int8":
+            raise TargetError("no TFLM baseline for this 16x8 model: %s (node %r)" % (REASON_ARGMAX16, op.name))
+        axis = self.const(np.array([len(g.tensors[x].shape) - 1], np.int32), "axis%d" % i, I32)
+        o = self.me.Tensor(shape=(1,), dtype=I32, name=op.output)
+        self.t[op.output] = o
+        self.op(tfl.BuiltinOperator.ARG_MAX, [self.act(x), axis], [o], tfl.BuiltinOptions.ArgMaxOptions,
+                tfl.ArgMaxOptionsT(outputType=I32))
+
+    def _softmax(self, i, op):
+        """SOFTMAX; TFLite fixes its outputs at 1/256, -128, so another output scale needs a QUANTIZE after."""
+        tfl, B, out = self.tfl, self.tfl.BuiltinOperator, self.g.tensors[op.output]
+        y = self.act(op.output)
+        if not op.attrs["tflite_output"]:
+            y = self.act("softmax_fixed%d" % i, _nhwc(out.shape), 1.0 / 256, -128)
+            self.notes.append("op %d (softmax): TFLM needs output scale 1/256 then a QUANTIZE to the model's "
+                              "scale %g (two roundings); we requantize from 16 fractional bits once" % (i, out.scale))
+        self.op(B.SOFTMAX, [self.act(op.inputs[0])], [y], tfl.BuiltinOptions.SoftmaxOptions,
+                tfl.SoftmaxOptionsT(beta=1.0))
+        if not op.attrs["tflite_output"]:
+            self.op(B.QUANTIZE, [y], [self.act(op.output)])
 
     def _pad(self, i, x, pads):
         tfl = self.tfl

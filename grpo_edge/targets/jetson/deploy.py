@@ -12,25 +12,19 @@ build (build and time engines when tensorrt + CUDA are present, default True).
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from grpo_edge.errors import TargetError
 from grpo_edge.report import Report, atomic_write_bytes, atomic_write_text
+from grpo_edge.targets.contract import check_options, family_profile
 
-TARGETS = ("jetson-nano", "jetson-orin-nano")
+OPTIONS = ("precision", "trt_version", "calibration", "calib_samples", "calib_method", "cache_trt_version",
+           "max_batch", "dims", "workspace_mb", "evaluate", "build")     # what `deploy --option` takes
+
 PRECISIONS = ("fp32", "fp16", "int8")
-
-
-def _profile(profile) -> dict:
-    if isinstance(profile, str):
-        from grpo_edge.targets.profiles import load_profile
-        profile = load_profile(profile)
-    if not isinstance(profile, dict) or profile.get("name") not in TARGETS:
-        got = profile.get("name") if isinstance(profile, dict) else profile
-        raise TargetError("the jetson target takes profile %s, got %r" % (" or ".join(TARGETS), got))
-    return profile
 
 
 def _trt_version(profile, options) -> str:
@@ -120,7 +114,9 @@ def _calibration(options, ranges, task, model, n):
     c = options.get("calibration")
     names = [r["name"] for r in ranges]
     if isinstance(c, (str, Path)):
-        c = load_calibration(c)
+        from grpo_edge.targets.contract import check_calibration
+        src, c = c, load_calibration(c)
+        check_calibration(c, src)
     if c is None and task is not None:
         c = task_inputs(task, n, policy=model)
     if c is None:
@@ -141,7 +137,7 @@ def _task(state):
     if not state:
         return None
     from grpo_edge.errors import CheckpointError
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     try:
         return task_from_state(state)
     except CheckpointError:
@@ -160,129 +156,224 @@ def _kept(ref: float, sim: float) -> float:
 def deploy(source, profile, out_dir, options=None) -> Report:
     """Write everything a Jetson needs to build and run `source` (checkpoint or ONNX) with TensorRT,
     plus report.json/.md; returns the Report. Raises TargetError on an op TensorRT cannot import."""
-    from grpo_edge.targets.jetson import calib_cache, estimate, opcheck, quantize, simulate
-    from grpo_edge.targets.jetson.scripts import write_scripts
-    from grpo_edge.export.onnx_utils import count_macs, io_specs, opset_of
-    import onnx
+    plan = _plan(profile, options)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rep = Report(title="Jetson deploy: %s" % Path(source).name, target=plan.profile["name"])
+    graphs, state, model, export_info = _export(source, out, plan.opset)
+    task = _task(state)
+    rng = np.random.default_rng(0)
+    vocab = (state or {}).get("model_config", {}).get("vocab_size", 2)
+    done = [_deploy_graph(gname, path, len(graphs), plan, task, model, vocab, rng, out, rep)
+            for gname, path in graphs]
+    op_rows = [r for g in done for r in g.op_rows]
+    _fail_on_op_problems([p for g in done for p in g.problems], op_rows, out, rep)
+    rep.sections["op check"] = op_rows
+    rep.sections["numerics (host simulation vs fp32 ONNX)"] = [r for g in done for r in g.numerics]
+    # Control and image (bandit) tasks score a policy by calling it; text tasks need generate().
+    if (task is not None and getattr(task, "kind", "") in ("control", "bandit") and len(graphs) == 1
+            and plan.options.get("evaluate", True) and plan.precision != "fp32"):
+        rep.sections["task metric (host simulation)"] = _metric_rows(task, done[0].sims)
+    notes = [n for g in done for n in g.notes] + _precision_notes(plan)
+    cfg = _write_config(source, graphs[0][1], [g.entry for g in done], plan, notes, out)
+    _describe(export_info, notes, out, rep)
+    if plan.options.get("build", True):
+        _build_and_measure(out, cfg, rep)
+    rep.write(out)
+    return rep
 
+
+@dataclass
+class _Plan:
+    """What the options and the profile settle before any work."""
+    profile: dict
+    options: dict
+    precision: str
+    trt_version: str
+    trt_major: int
+    cache_trt: str
+    opset: int
+
+
+def _plan(profile, options) -> _Plan:
+    """Check the profile (family jetson), the options and the precision; pick the TensorRT versions."""
     options = dict(options or {})
-    profile = _profile(profile)
+    profile = family_profile(profile, "jetson", "a Jetson")
+    check_options(profile, options, OPTIONS)
     precision = options.get("precision", "fp16")
     if precision not in PRECISIONS:
         raise TargetError("precision must be one of %s, got %r" % ("|".join(PRECISIONS), precision))
     trt_version = _trt_version(profile, options)
     trt_major = int(trt_version.split(".")[0])
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # The cache serves TensorRT 8 (implicit int8); on a TensorRT 10 profile it is written for 8.2.1 unless told.
     cache_trt = str(options.get("cache_trt_version") or (trt_version if trt_major < 10 else "8.2.1"))
-    rep = Report(title="Jetson deploy: %s" % Path(source).name, target=profile["name"])
     opset = 13 if trt_major < 10 else 17   # TensorRT 8.2 documents ops up to opset 13
-    graphs, state, model, export_info = _export(source, out, opset)
-    task = _task(state)
-    rng = np.random.default_rng(0)
-    vocab = (state or {}).get("model_config", {}).get("vocab_size", 2)
-    cfg_graphs, op_rows, numerics, problems, notes = [], [], [], [], []
-    sims = {}
-    for gname, path in graphs:
-        m = onnx.load(str(path))
-        check = opcheck.check_ops(m, trt_version)
-        problems += check["problems"]
-        notes += check["warnings"]
-        op_rows += [dict(r, graph=gname) for r in check["ops"]]
-        ranges = _shape_ranges(io_specs(m, "input"), options)
-        n_cal = int(options.get("calib_samples", 256))
-        try:   # the task's data covers single-input graphs; fp16/fp32 fall back to random inputs
-            calib = _calibration(options, ranges, task, model, n_cal) if len(graphs) == 1 else None
-        except TargetError:
-            if precision == "int8":
-                raise
-            calib = None
-        evalx = calib if calib is not None else _random_inputs(ranges, 64, vocab, rng)
-        batch = 1 if any(r["max"][r["batch_axis"]] == 1 for r in ranges) else 32
-        feeds = _feeds(evalx, batch, ranges)
-        ref_sess = simulate.session(m)
-        ref = simulate.run_all(ref_sess, feeds)
-        # sample.*.npz: a check batch ("in:"/"ref:", as large as the engine allows, up to 8) and one
-        # batch-1 input set for timing ("bench:"); references from the fp32 ONNX.
-        check_feed = _feeds(evalx, min([8] + [r["max"][r["batch_axis"]] for r in ranges]), ranges)[0]
-        sample = {"in:" + k: v for k, v in check_feed.items()}
-        sample.update({"bench:" + k: v for k, v in _feeds(check_feed, 1, ranges)[0].items()})
-        for o, v in zip(ref_sess.get_outputs(), ref_sess.run(None, check_feed)):
-            sample["ref:" + o.name] = v
-        _save_npz(out / ("sample.%s.npz" % gname), sample)
-        entry = {"name": gname, "onnx": path.name, "opset": opset_of(m), "inputs": ranges,
-                 "engine": "%s.{precision}.engine" % path.stem, "sample": "sample.%s.npz" % gname}
-        gsims = {"fp32": ref_sess}
-        row = {"graph": gname, "inputs": "calibration/task data" if calib is not None else "random",
-               "batches": len(feeds)}
-        if precision == "fp16":
-            gsims["fp16"] = simulate.session(simulate.fp16_model(m))
-            numerics.append(dict(row, engine="fp16 (onnxruntime float16)", **simulate.compare(ref, simulate.run_all(gsims["fp16"], feeds))))
-        if precision == "int8":
-            if calib is None:
-                raise TargetError("int8 needs calibration data for graph %s: pass options calibration "
-                                  "(array, {input: array} or .npy/.npz)" % gname)
-            amax = quantize.collect_amax(m, _feeds(calib, batch, ranges), method=options.get("calib_method", "minmax"))
-            cache_ver = calib_cache.trt_version_int(cache_trt)
-            cache_path = out / ("%s.calib.cache" % path.stem)
-            calib_cache.write_calib_cache(cache_path, quantize.scales_from_amax(amax), cache_ver)
-            cache = calib_cache.read_calib_cache(cache_path)   # the simulation uses the file as written
-            qdq_path = out / ("%s.int8.qdq.onnx" % path.stem)
-            quantize.qdq_model(path, qdq_path, _feeds(calib, batch, ranges), cache.scales)
-            qcheck = opcheck.check_ops(onnx.load(str(qdq_path)), trt_version)
-            problems += ["Q/DQ model: " + p for p in qcheck["problems"]]
-            entry.update(onnx_qdq=qdq_path.name, calib_cache=cache_path.name)
-            gsims["int8-cache"] = simulate.session(quantize.fake_quant_model(m, cache.scales))
-            gsims["int8-qdq"] = simulate.session(str(qdq_path))
-            for key, label in (("int8-cache", "int8, calibration cache (TensorRT 8)"),
-                               ("int8-qdq", "int8, Q/DQ ONNX (TensorRT >= 10.1)")):
-                numerics.append(dict(row, engine=label + (" <- this device" if (key == "int8-qdq") == (trt_major >= 10) else ""),
-                                     **simulate.compare(ref, simulate.run_all(gsims[key], feeds))))
-            rep.sections.setdefault("calibration", []).append(
-                {"graph": gname, "tensors": len(cache.scales), "method": options.get("calib_method", "minmax"),
-                 "samples": len(next(iter(calib.values()))), "cache": cache_path.name,
-                 "header": "TRT-%d-%s" % (cache.version, cache.algorithm)})
-        sims[gname] = gsims
-        macs = count_macs(m, batch=1)
-        est = estimate.estimate(m, profile, precision, macs)
-        entry["estimate"] = est["parts"]
-        cfg_graphs.append(entry)
-        key = "" if len(graphs) == 1 else "." + gname
-        rep.add("latency%s" % key, est["latency_s"] * 1e3, "ms", "estimated", est["latency_source"])
-        rep.add("energy_per_inference%s" % key, est["energy_j"] * 1e3, "mJ", "estimated", est["energy_source"])
-        rep.add("macs%s" % key, macs, "MAC", "exact", "count_macs on the ONNX graph, batch 1")
+    return _Plan(profile, options, precision, trt_version, trt_major, cache_trt, opset)
 
-    if problems:
-        rep.sections["op check"] = op_rows
-        rep.notes += problems
-        rep.write(out)
-        raise TargetError("%s (and %d more; see %s)" % (problems[0], len(problems) - 1, out / "report.md")
-                          if len(problems) > 1 else "%s (see %s)" % (problems[0], out / "report.md"))
+
+@dataclass
+class _GraphDone:
+    """One graph's results: its deploy.json entry, op check, numerics and the simulated engines."""
+    entry: dict
+    op_rows: list
+    problems: list
+    notes: list
+    numerics: list = field(default_factory=list)
+    sims: dict = field(default_factory=dict)
+
+
+def _deploy_graph(gname, path, n_graphs, plan, task, model, vocab, rng, out, rep) -> _GraphDone:
+    """Check one graph's ops, write its sample, simulate its engines (fp16 / int8), estimate it."""
+    import onnx
+    from grpo_edge.targets.jetson import opcheck
+    from grpo_edge.export.onnx_utils import io_specs, opset_of
+    m = onnx.load(str(path))
+    check = opcheck.check_ops(m, plan.trt_version)
+    ranges = _shape_ranges(io_specs(m, "input"), plan.options)
+    calib = _graph_calibration(n_graphs, plan, ranges, task, model)
+    evalx = calib if calib is not None else _random_inputs(ranges, 64, vocab, rng)
+    batch = 1 if any(r["max"][r["batch_axis"]] == 1 for r in ranges) else 32
+    entry = {"name": gname, "onnx": path.name, "opset": opset_of(m), "inputs": ranges,
+             "engine": "%s.{precision}.engine" % path.stem, "sample": "sample.%s.npz" % gname}
+    done = _GraphDone(entry, [dict(r, graph=gname) for r in check["ops"]], list(check["problems"]),
+                      list(check["warnings"]))
+    feeds = _feeds(evalx, batch, ranges)
+    done.sims["fp32"], ref = _write_sample(m, evalx, feeds, ranges, out / ("sample.%s.npz" % gname))
+    row = {"graph": gname, "inputs": "calibration/task data" if calib is not None else "random",
+           "batches": len(feeds)}
+    if plan.precision == "fp16":
+        _simulate_fp16(m, ref, feeds, row, done)
+    if plan.precision == "int8":
+        if calib is None:
+            raise TargetError("int8 needs calibration data for graph %s: pass options calibration "
+                              "(array, {input: array} or .npy/.npz)" % gname)
+        _quantize_int8(m, path, _feeds(calib, batch, ranges), len(next(iter(calib.values()))), ref, feeds, row,
+                       plan, out, rep, done)
+    _estimate_graph(m, gname, n_graphs, plan, rep, done)
+    return done
+
+
+def _graph_calibration(n_graphs, plan, ranges, task, model):
+    """Calibration inputs for one graph, or None. The task's data covers single-input graphs; fp16/fp32
+    fall back to random inputs when there is none."""
+    n_cal = int(plan.options.get("calib_samples", 256))
+    try:
+        return _calibration(plan.options, ranges, task, model, n_cal) if n_graphs == 1 else None
+    except TargetError:
+        if plan.precision == "int8":
+            raise
+        return None
+
+
+def _write_sample(m, evalx, feeds, ranges, path):
+    """sample.*.npz: a check batch ("in:"/"ref:", as large as the engine allows, up to 8) and one batch-1
+    input set for timing ("bench:"); references from the fp32 ONNX -> (fp32 session, its outputs on feeds)."""
+    from grpo_edge.targets.jetson import simulate
+    ref_sess = simulate.session(m)
+    ref = simulate.run_all(ref_sess, feeds)
+    check_feed = _feeds(evalx, min([8] + [r["max"][r["batch_axis"]] for r in ranges]), ranges)[0]
+    sample = {"in:" + k: v for k, v in check_feed.items()}
+    sample.update({"bench:" + k: v for k, v in _feeds(check_feed, 1, ranges)[0].items()})
+    for o, v in zip(ref_sess.get_outputs(), ref_sess.run(None, check_feed)):
+        sample["ref:" + o.name] = v
+    _save_npz(path, sample)
+    return ref_sess, ref
+
+
+def _simulate_fp16(m, ref, feeds, row, done) -> None:
+    """The fp16 engine simulated by onnxruntime in float16, compared with the fp32 outputs."""
+    from grpo_edge.targets.jetson import simulate
+    done.sims["fp16"] = simulate.session(simulate.fp16_model(m))
+    done.numerics.append(dict(row, engine="fp16 (onnxruntime float16)",
+                              **simulate.compare(ref, simulate.run_all(done.sims["fp16"], feeds))))
+
+
+def _quantize_int8(m, path, calib_feeds, n_calib, ref, feeds, row, plan, out, rep, done) -> None:
+    """One calibration for both int8 files: the TensorRT 8 calibration cache and the Q/DQ ONNX model; both
+    simulated on the host from the files as written."""
+    import onnx
+    from grpo_edge.targets.jetson import calib_cache, opcheck, quantize, simulate
+    method = plan.options.get("calib_method", "minmax")
+    amax = quantize.collect_amax(m, calib_feeds, method=method)
+    cache_ver = calib_cache.trt_version_int(plan.cache_trt)
+    cache_path = out / ("%s.calib.cache" % path.stem)
+    calib_cache.write_calib_cache(cache_path, quantize.scales_from_amax(amax), cache_ver)
+    cache = calib_cache.read_calib_cache(cache_path)   # the simulation uses the file as written
+    qdq_path = out / ("%s.int8.qdq.onnx" % path.stem)
+    quantize.qdq_model(path, qdq_path, calib_feeds, cache.scales)
+    qcheck = opcheck.check_ops(onnx.load(str(qdq_path)), plan.trt_version)
+    done.problems += ["Q/DQ model: " + p for p in qcheck["problems"]]
+    done.entry.update(onnx_qdq=qdq_path.name, calib_cache=cache_path.name)
+    done.sims["int8-cache"] = simulate.session(quantize.fake_quant_model(m, cache.scales))
+    done.sims["int8-qdq"] = simulate.session(str(qdq_path))
+    for key, label in (("int8-cache", "int8, calibration cache (TensorRT 8)"),
+                       ("int8-qdq", "int8, Q/DQ ONNX (TensorRT >= 10.1)")):
+        this = " <- this device" if (key == "int8-qdq") == (plan.trt_major >= 10) else ""
+        done.numerics.append(dict(row, engine=label + this,
+                                  **simulate.compare(ref, simulate.run_all(done.sims[key], feeds))))
+    rep.sections.setdefault("calibration", []).append(
+        {"graph": row["graph"], "tensors": len(cache.scales), "method": method,
+         "samples": n_calib, "cache": cache_path.name, "header": "TRT-%d-%s" % (cache.version, cache.algorithm)})
+
+
+def _estimate_graph(m, gname, n_graphs, plan, rep, done) -> None:
+    """Latency and energy of one graph on the device (estimates from the profile), and its MACs."""
+    from grpo_edge.targets.jetson import estimate
+    from grpo_edge.export.onnx_utils import count_macs
+    macs = count_macs(m, batch=1)
+    est = estimate.estimate(m, plan.profile, plan.precision, macs)
+    done.entry["estimate"] = est["parts"]
+    key = "" if n_graphs == 1 else "." + gname
+    rep.add("latency%s" % key, est["latency_s"] * 1e3, "ms", "estimated", est["latency_source"])
+    rep.add("energy_per_inference%s" % key, est["energy_j"] * 1e3, "mJ", "estimated", est["energy_source"])
+    rep.add("macs%s" % key, macs, "MAC", "exact", "count_macs on the ONNX graph, batch 1")
+
+
+def _fail_on_op_problems(problems, op_rows, out, rep) -> None:
+    """An op TensorRT cannot import: write the report (with the op table) and fail naming it."""
+    if not problems:
+        return
     rep.sections["op check"] = op_rows
-    rep.sections["numerics (host simulation vs fp32 ONNX)"] = numerics
-    # Control and image (bandit) tasks score a policy by calling it; text tasks need generate().
-    if (task is not None and getattr(task, "kind", "") in ("control", "bandit") and len(graphs) == 1
-            and options.get("evaluate", True) and precision != "fp32"):
-        rep.sections["task metric (host simulation)"] = _metric_rows(task, sims[graphs[0][0]])
-    if precision == "int8" and profile["name"] == "jetson-nano":
+    rep.notes += problems
+    rep.write(out)
+    raise TargetError("%s (and %d more; see %s)" % (problems[0], len(problems) - 1, out / "report.md")
+                      if len(problems) > 1 else "%s (see %s)" % (problems[0], out / "report.md"))
+
+
+def _precision_notes(plan) -> list:
+    """What the README and the report say about the chosen precision on this device."""
+    notes = []
+    if plan.precision == "int8" and plan.profile.get("gpu_fast_int8") is False:
         notes.append("Jetson Nano (Maxwell, sm_53) has no fast int8 (no DP4A / int8 tensor cores): TensorRT "
                      "reports platform_has_fast_int8 False and runs int8-requested layers in fp16/fp32; "
                      "the latency estimate uses the fp16 rate. fp16 is the fast precision on the Nano.")
-    if precision == "int8":
+    if plan.precision == "int8":
         notes.append("One calibration for both int8 files: our own %s pass over the calibration inputs gives "
                      "amax per tensor; cache scale = amax/127; the Q/DQ model's activation scales are set to the "
                      "same values. The cache header names TensorRT %s and IInt8EntropyCalibrator2 (the class "
                      "trtexec and build_engine.py read it with), not the range method."
-                     % (options.get("calib_method", "minmax"), cache_trt))
+                     % (plan.options.get("calib_method", "minmax"), plan.cache_trt))
+    return notes
+
+
+def _write_config(source, first_graph, cfg_graphs, plan, notes, out) -> dict:
+    """deploy.json and the scripts that build and run the engines on the device -> the config."""
+    from grpo_edge.targets.jetson.scripts import write_scripts
+    profile = plan.profile
     stamp = "generated by grpo-edge deploy (target %s, precision %s, model sha256 %s); do not edit" % (
-        profile["name"], precision, hashlib.sha256(graphs[0][1].read_bytes()).hexdigest()[:12])
+        profile["name"], plan.precision, hashlib.sha256(first_graph.read_bytes()).hexdigest()[:12])
     cfg = {"target": profile["name"], "display_name": profile.get("display_name", profile["name"]),
-           "runtime": profile.get("runtime", ""), "trt_version": trt_version,
-           "cache_trt_version": cache_trt, "precision": precision,
-           "model": Path(source).name, "workspace_mb": int(options.get("workspace_mb", 256)), "graphs": cfg_graphs}
+           "runtime": profile.get("runtime", ""), "trt_version": plan.trt_version,
+           "cache_trt_version": plan.cache_trt, "precision": plan.precision,
+           "model": Path(source).name, "workspace_mb": int(plan.options.get("workspace_mb", 256)),
+           "graphs": cfg_graphs}
     atomic_write_text(out / "deploy.json", json.dumps(cfg, indent=2))
     write_scripts(out, cfg, stamp, notes)
+    return cfg
+
+
+def _describe(export_info, notes, out, rep) -> None:
+    """The report's file list, export details and notes on how each figure was obtained."""
     rep.sections["files"] = sorted(p.name for p in out.iterdir() if p.is_file() and not p.name.startswith(".")
                                    and not p.name.startswith(("report.", "results.")))
     rep.sections["export"] = {k: v for k, v in export_info.items() if k != "files"}
@@ -291,15 +382,16 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         "estimates from the profile. Measure on the device with run_engine.py (results.*.json).",
         "Reference outputs in sample.*.npz come from the fp32 ONNX, which torch2onnx checked against the "
         "checkpoint (max_abs_diff in the export section)."]
-    if options.get("build", True):
-        from grpo_edge.targets.jetson.device import build_and_measure
-        measured = build_and_measure(out, cfg)
-        if measured is not None:
-            rep.sections["on-device"] = measured["rows"]
-            for k, f in measured["figures"].items():
-                rep.add(k, *f)
-    rep.write(out)
-    return rep
+
+
+def _build_and_measure(out, cfg, rep) -> None:
+    """Build and time the engines when tensorrt + CUDA are present (device.py); adds measured figures."""
+    from grpo_edge.targets.jetson.device import build_and_measure
+    measured = build_and_measure(out, cfg)
+    if measured is not None:
+        rep.sections["on-device"] = measured["rows"]
+        for k, f in measured["figures"].items():
+            rep.add(k, *f)
 
 
 def _metric_rows(task, gsims):

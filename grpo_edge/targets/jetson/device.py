@@ -26,7 +26,7 @@ def build_and_measure(out_dir, cfg: dict):
     if not tensorrt_ready():
         return None
     import numpy as np
-    from grpo_edge.targets.jetson import build_engine, run_engine
+    from grpo_edge.runtime import build_engine, run_engine
     out = Path(out_dir)
     how = "measured-device" if on_jetson() else "measured-host"
     rows, figures = [], {}

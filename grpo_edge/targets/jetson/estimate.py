@@ -5,26 +5,15 @@
 - MACs: grpo_edge.export.onnx_utils.count_macs (MatMul/Gemm/Conv, shapes from a real onnxruntime run).
 - kernels: ONNX nodes left after TensorRT's usual fusions (shape-only ops vanish; an activation or
   bias/scale op right after Conv/Gemm/MatMul fuses into it) -- a heuristic count.
-- peak: from the device profile's data-sheet figure, per precision (below); efficiency, host overhead
+- peak: the profile figure gpu_<precision>_ops_per_s (from the data sheet); efficiency, host overhead
   and per-kernel cost are our assumptions (tiny batch-1 models are launch-bound, not FLOP-bound).
 - energy = latency * active_power_w (the profile's power-mode budget: an upper bound).
 Replace all of it by run_engine.py's measured numbers on the device.
 """
 from grpo_edge.errors import TargetError
 
-# Our assumptions, per device; each with its reasoning. Peaks are derived from the profile's figures.
-GPU_MODEL = {
-    "jetson-nano": {
-        "host_overhead_s": 1.5e-4, "per_kernel_s": 1.0e-5, "efficiency": 0.3, "bandwidth_Bps": 25.6e9,
-        "why": "assumed: ~150 us per enqueue+copies+sync and ~10 us per kernel on the Cortex-A57 host (CUDA "
-               "launches cost ~5 us on desktop CPUs), 30% of peak for small GEMMs; 25.6 GB/s LPDDR4 (data sheet)",
-    },
-    "jetson-orin-nano": {
-        "host_overhead_s": 6.0e-5, "per_kernel_s": 5.0e-6, "efficiency": 0.3, "bandwidth_Bps": 68e9,
-        "why": "assumed: ~60 us per enqueue+copies+sync and ~5 us per kernel on the Cortex-A78AE host, 30% of "
-               "peak for small GEMMs; 68 GB/s LPDDR5 (data sheet, 15 W mode)",
-    },
-}
+# The GPU model reads these profile figures (targets/<name>.yaml): a new Jetson profile needs data, not code.
+GPU_FIGURES = ("gpu_host_overhead_s", "gpu_kernel_s", "gpu_efficiency", "memory_bandwidth_Bps")
 
 _SHAPE_OPS = {"Shape", "Constant", "ConstantOfShape", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
               "Dropout", "Cast", "Gather", "Slice", "Concat", "Range", "QuantizeLinear", "DequantizeLinear"}
@@ -32,27 +21,28 @@ _FUSABLE = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "Add", "Mul", "Batch
 
 
 def peak_ops(profile: dict, precision: str):
-    """(peak multiply-add ops per second counted as 2 ops, source) for `precision` on the profile's GPU."""
-    from grpo_edge.targets.profiles import figure, figure_source
-    name = profile["name"]
-    if name == "jetson-nano":
-        fp16 = float(figure(profile, "gpu_fp16_flops"))
-        src = figure_source(profile, "gpu_fp16_flops")
-        if precision == "fp32":
-            return fp16 / 2, "FP16 peak / 2 (Maxwell: FP16 is 2x FP32) [%s]" % src
-        # Maxwell (sm_53) has no DP4A/int8 tensor cores: TensorRT runs int8-requested layers in fp16/fp32.
-        return fp16, ("FP16 peak (int8 has no fast path on Maxwell; fp16 rate assumed) [%s]" % src
-                      if precision == "int8" else "[%s]" % src)
-    if name == "jetson-orin-nano":
-        int8_sparse = float(figure(profile, "gpu_int8_ops"))
-        src = figure_source(profile, "gpu_int8_ops")
-        if precision == "int8":
-            return int8_sparse / 2, "dense INT8 = sparse TOPS / 2 [%s]" % src
-        if precision == "fp16":
-            return int8_sparse / 4, "dense FP16 tensor-core = sparse INT8 TOPS / 4 (Ampere ratios) [%s]" % src
-        return 1024 * 2 * 625e6, ("FP32 CUDA cores: 1024 cores x 2 x 625 MHz (Orin Nano 8GB data sheet GPU "
-                                  "max frequency, 15 W mode)")
-    raise TargetError("no Jetson GPU model for profile %r (have %s)" % (name, ", ".join(GPU_MODEL)))
+    """(peak multiply-add ops per second counted as 2 ops, source) for `precision` on the profile's GPU:
+    the profile figure gpu_<precision>_ops_per_s."""
+    from grpo_edge.targets.profiles import figure_source
+    key = "gpu_%s_ops_per_s" % precision
+    return _figure(profile, key), "[%s]" % figure_source(profile, key)
+
+
+def _figure(profile, key) -> float:
+    from grpo_edge.targets.profiles import figure
+    v = figure(profile, key)
+    if v is None:
+        raise TargetError("no Jetson GPU model for profile %r: it has no figure %s (see targets/jetson-nano.yaml)"
+                          % (profile.get("name"), key))
+    return float(v)
+
+
+def gpu_model(profile: dict) -> dict:
+    """{host_overhead_s, per_kernel_s, efficiency, bandwidth_Bps, why} from the profile's figures."""
+    from grpo_edge.targets.profiles import figure_source
+    vals = [_figure(profile, k) for k in GPU_FIGURES]
+    why = "; ".join(figure_source(profile, k) for k in GPU_FIGURES)
+    return dict(zip(("host_overhead_s", "per_kernel_s", "efficiency", "bandwidth_Bps"), vals), why=why)
 
 
 def kernel_count(model) -> int:
@@ -78,9 +68,7 @@ def weight_bytes(model, precision: str) -> int:
 def estimate(model, profile: dict, precision: str, macs: int) -> dict:
     """{'latency_s', 'latency_source', 'energy_j', 'energy_source', 'parts'} for one batch-1 inference."""
     from grpo_edge.targets.profiles import estimate_energy, figure_source
-    g = GPU_MODEL.get(profile["name"])
-    if g is None:
-        raise TargetError("no Jetson GPU model for profile %r (have %s)" % (profile["name"], ", ".join(GPU_MODEL)))
+    g = gpu_model(profile)
     peak, peak_src = peak_ops(profile, precision)
     kernels = kernel_count(model)
     wb = weight_bytes(model, precision)

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import List
 
-from grpo_edge.report import atomic_write_bytes, atomic_write_text
+from grpo_edge.report import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 
@@ -113,8 +113,8 @@ def write_scripts(out_dir, cfg: dict, stamp: str, notes: List[str]) -> List[str]
     out = Path(out_dir)
     atomic_write_text(out / "build_engine.sh", build_sh(cfg, stamp))
     (out / "build_engine.sh").chmod(0o755)
-    for name in ("build_engine.py", "run_engine.py"):
-        atomic_write_bytes(out / name, (HERE / name).read_bytes())
-        (out / name).chmod(0o755)
+    from grpo_edge import runtime
+    shipped = runtime.ship(out, {"build_engine.py": "build_engine", "run_engine.py": "run_engine",
+                                 "tegrastats.py": "tegrastats"})
     atomic_write_text(out / "README.md", readme(cfg, stamp, notes))
-    return ["build_engine.sh", "build_engine.py", "run_engine.py", "README.md"]
+    return ["build_engine.sh"] + shipped + ["README.md"]

@@ -1,6 +1,7 @@
 """Greedy text generation with exported grpo-edge text models: numpy + onnxruntime only (no torch).
 
-Copied into a deploy folder as textgen.py, next to runner.py (which imports it for text models):
+grpo_edge/runtime/textgen.py, copied unchanged into a deploy folder as textgen.py, next to runner.py (which
+imports it for text models), char_tokenizer.py and ort_session.py:
 
     cfg = load_text_config(".")                       # tokenizer.json: chars, padding, lengths, model kind
     gen = TextGenerator(cfg, ort_functions("model.onnx", cfg))
@@ -23,33 +24,14 @@ import time
 
 import numpy as np
 
-PAD, BOS, EOS = 0, 1, 2
-N_SPECIALS = 3
+try:
+    from .char_tokenizer import BOS, EOS, PAD, CharTokenizer
+    from .ort_session import ort_session
+except ImportError:                # a loose file in a deploy folder, next to its siblings
+    from char_tokenizer import BOS, EOS, PAD, CharTokenizer
+    from ort_session import ort_session
+
 KINDS = {"micro-gpt": ("model",), "tiny-transformer": ("encoder", "decoder_step")}
-
-
-class CharTokenizer(object):
-    """Ids: PAD=0, BOS=1, EOS=2, then one id per character of the sorted `chars` (as grpo_edge.core.tokenizer)."""
-
-    def __init__(self, chars):
-        self.chars = "".join(sorted(set(chars)))
-        self.stoi = dict((c, i + N_SPECIALS) for i, c in enumerate(self.chars))
-
-    def encode(self, text):
-        unknown = sorted(set(c for c in text if c not in self.stoi))
-        if unknown:
-            raise ValueError("characters not in the vocabulary: %r" % "".join(unknown))
-        return [self.stoi[c] for c in text]
-
-    def decode(self, ids):
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i >= N_SPECIALS:
-                out.append(self.chars[i - N_SPECIALS])
-        return "".join(out)
 
 
 def load_text_config(folder):
@@ -77,16 +59,9 @@ def ort_functions(model_path, cfg, reference=False, threads=1):
     reference=True turns graph optimizations off (an int8 QDQ graph then computes exactly the
     quantization it describes); False uses ORT's fused kernels, the fast path on the device.
     """
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if reference
-                                   else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     fns = {}
     for part, path in model_files(model_path, cfg["arch"]).items():
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, reference=reference, threads=threads)
         names = set(i.name for i in sess.get_inputs())    # an input folded to a constant is not fed
 
         def run(feed, sess=sess, names=names):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Standalone runner for a grpo-edge ONNX model: needs only onnxruntime and numpy (no torch, no grpo-edge).
 
-Copied verbatim into a deploy folder as runner.py. Usage on the device (or on the host, as the simulation):
+grpo_edge/runtime/pi_runner.py, copied unchanged into a deploy folder as runner.py (next to ort_session.py). Usage on the device (or on the host, as the simulation):
 
     python3 runner.py --input sample_inputs.npy               # prints outputs and argmax actions
     echo "0.01 0.02 -0.03 0.04" | python3 runner.py --input - # one sample per line, from stdin
@@ -29,23 +29,18 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    from .ort_session import ort_session
+except ImportError:                # a loose file in a deploy folder
+    from ort_session import ort_session
 
 
 class Runner(object):
     """One onnxruntime session; run(x) takes a numpy batch (or {name: array}) and returns the outputs."""
 
     def __init__(self, model_path, reference=False, threads=1):
-        import onnxruntime as ort
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        # reference=True: run the graph as written (a QDQ int8 model then computes exactly the
-        # quantization it describes); False: ORT's fused kernels, the fast path on the device.
-        so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if reference
-                                       else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         self.path = model_path
-        self.session = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+        self.session = ort_session(model_path, reference=reference, threads=threads)
         self.inputs = self.session.get_inputs()
         self.output_names = [o.name for o in self.session.get_outputs()]
 

@@ -9,55 +9,20 @@ NVIDIA wheel is torch 1.10; JetPack 6 ships torch 2.x); no pycuda / cuda-python 
 TensorRT APIs: 8.x uses bindings (get_binding_*, set_binding_shape, execute_async_v2); 10.x uses named
 I/O tensors (get_tensor_*, set_input_shape, set_tensor_address, execute_async_v3). Python 3.6+.
 Writes results.<graph>.<precision>.json next to deploy.json.
-Copied verbatim from grpo_edge/targets/jetson/run_engine.py by `grpo-edge deploy`; no grpo_edge import.
+grpo_edge/runtime/run_engine.py, copied unchanged by `grpo-edge deploy`, next to tegrastats.py (power
+sampling); no grpo_edge import.
 THIS FILE IS NOT TESTED AGAINST TENSORRT where it was written (TensorRT cannot be installed there).
 """
 import argparse
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
-import threading
 import time
 
-INPUT_RAIL = re.compile(r"(?<!\S)(VDD_IN|POM_5V_IN) (\d+)(?:mW)?/(\d+)")
-
-
-class PowerSampler(object):
-    """`tegrastats --interval N` in the background; keeps (time, board input mW) pairs."""
-
-    def __init__(self, interval_ms=100):
-        self.interval_ms = interval_ms
-        self.samples = []
-        self.proc = None
-
-    def __enter__(self):
-        exe = shutil.which("tegrastats")
-        if exe:
-            self.proc = subprocess.Popen([exe, "--interval", str(self.interval_ms)], stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, universal_newlines=True)
-            threading.Thread(target=self._read, daemon=True).start()
-        self.t0 = time.monotonic()
-        return self
-
-    def _read(self):
-        for line in self.proc.stdout:
-            m = INPUT_RAIL.search(line)
-            if m:
-                self.samples.append((time.monotonic(), m.group(1), int(m.group(2))))
-
-    def __exit__(self, *exc):
-        self.t1 = time.monotonic()
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait()
-        return False
-
-    def mean_mw(self):
-        inside = [mw for t, _, mw in self.samples if self.t0 <= t <= self.t1]
-        return (sum(inside) / len(inside), len(inside), self.samples[0][1]) if inside else (None, 0, None)
+try:
+    from .tegrastats import TegrastatsSampler, available as tegrastats_available
+except ImportError:                # a loose file in a deploy folder, next to tegrastats.py
+    from tegrastats import TegrastatsSampler, available as tegrastats_available
 
 
 def _torch_dtype(torch, trt, dt):
@@ -140,27 +105,25 @@ def benchmark(engine, feed, iters=500, warmup=50, tegrastats=True):
         engine.run()
     engine.stream.synchronize()
     times = []
-    sampler = PowerSampler(100) if tegrastats else None
-    if sampler:
-        sampler.__enter__()
+    sampler = TegrastatsSampler(100).start() if (tegrastats and tegrastats_available()) else None
     try:
         t_start = time.perf_counter()
-        while len(times) < iters or (sampler and sampler.proc and time.perf_counter() - t_start < 1.0):
+        while len(times) < iters or (sampler and time.perf_counter() - t_start < 1.0):
             t0 = time.perf_counter()
             engine.run()
             engine.stream.synchronize()
             times.append(time.perf_counter() - t0)
     finally:
         if sampler:
-            sampler.__exit__()
+            sampler.stop()
     times.sort()
     out = {"iters": len(times), "median_s": times[len(times) // 2], "p90_s": times[int(len(times) * 0.9)],
            "mean_s": sum(times) / len(times)}
     if sampler:
-        mw, n, rail = sampler.mean_mw()
-        out.update(power_samples=n, power_rail=rail)
-        if mw is not None:
-            out.update(power_mw_mean=mw, energy_j=mw / 1000.0 * out["median_s"])
+        power = sampler.summary()
+        out.update(power_samples=power["samples"], power_rail=power["input_rail"])
+        if power.get("input_mw_mean") is not None:
+            out.update(power_mw_mean=power["input_mw_mean"], energy_j=power["input_mw_mean"] / 1000.0 * out["median_s"])
     return out
 
 

@@ -58,7 +58,11 @@ class GRPOTrainer(Trainer):
         if model is None:
             kwargs = {k: v for k, v in cfg.model.items() if k != "arch"}
             kwargs.update(task.model_kwargs())
-            model = build_model(cfg.model["arch"], **kwargs)
+            try:
+                model = build_model(cfg.model["arch"], **kwargs)
+            except (TypeError, ValueError) as e:
+                raise ConfigError("model: %s cannot be built for task %s (%s)"
+                                  % (cfg.model["arch"], task.name, str(e).splitlines()[0] if str(e) else e))
         self.config_obj = cfg
         self.save_dir = Path(save_dir) if save_dir else None
         self.show_progress = progress and self.rank == 0
@@ -181,7 +185,11 @@ class GRPOTrainer(Trainer):
                 save_checkpoint(self._path(name), state)
 
     def resume(self):
-        """Continue from save_dir/last.pt exactly (model, optimizer, scheduler, RNG, step)."""
+        """Continue from save_dir/last.pt exactly (model, optimizer, scheduler, RNG, step).
+
+        A config that differs from the checkpoint's: learning rate, schedule, step count and other
+        run-control keys are applied (listed in self.resume_changes); architecture, algorithm, sizes, task
+        and data keys are refused with a ConfigError naming the key."""
         path = self._path("last.pt")
         if path is None:
             raise ConfigError("--resume needs --save-dir (the run folder holding last.pt)")
@@ -191,15 +199,26 @@ class GRPOTrainer(Trainer):
         if state.get("arch") != self.policy.arch or state.get("task") != self.task.name:
             raise CheckpointError("%s was trained with %s on %s, not %s on %s" % (
                 path, state.get("arch"), state.get("task"), self.policy.arch, self.task.name))
+        from grpo_edge.resume import apply_optimizer_settings, config_changes
+        self.resume_changes = config_changes(state.get("config") or {}, self.cfg, path)
         self.load_state_dict(state)
-        # keep only the metrics lines of the steps this checkpoint contains
+        if self.resume_changes:
+            apply_optimizer_settings(self)
+        # keep only the metrics lines of the steps this checkpoint contains (a line cut by a power
+        # failure or kill is dropped)
         mpath = self._path("metrics.jsonl")
         if mpath.exists():
-            kept = [ln for ln in mpath.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= self.step]
+            kept = []
+            for ln in mpath.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    rec = json.loads(ln)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and rec.get("step", 0) <= self.step:
+                    kept.append(rec)
             if self.rank == 0:
-                atomic_write_text(mpath, "".join(ln + "\n" for ln in kept))
-            self.history = [json.loads(ln) for ln in kept]
+                atomic_write_text(mpath, "".join(json.dumps(r) + "\n" for r in kept))
+            self.history = kept
 
     def _log(self, metrics):
         self.history.append(metrics)
@@ -216,27 +235,25 @@ class GRPOTrainer(Trainer):
     def train(self):
         """Warm start (text tasks), then GRPO steps with periodic evaluation and checkpoints.
 
-        Returns the summary dict (also written to summary.json). Ctrl-C saves last.pt and re-raises
-        KeyboardInterrupt; kill -9 leaves the last atomically written checkpoint intact.
+        Returns the summary dict (also written to summary.json). Ctrl-C (or SIGTERM) during the GRPO steps
+        lets the current step finish, saves last.pt with the state after it (weights, optimizer and RNG
+        streams of the same step: --resume continues as if never stopped) and raises KeyboardInterrupt
+        (self.interrupted_at = that step). A second Ctrl-C, or one during the warm start, stops at once
+        and saves nothing new. kill -9 leaves the last atomically written checkpoint intact.
         """
-        import yaml
         from grpo_edge.progress import TrainProgress
 
         t_cfg = self.config_obj.training
-        if self.save_dir and self.rank == 0:
-            self.save_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self._path("config.yaml"), yaml.safe_dump(self.cfg, sort_keys=False))
-            if t_cfg.tensorboard:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-                except ImportError:
-                    raise ConfigError("training.tensorboard needs the 'tensorboard' extra (pip install tensorboard)")
-                self._tb = SummaryWriter(str(self._path("tb")))
+        self._open_run_folder()
         start = time.time()
         progress = TrainProgress(total=t_cfg.steps, enabled=self.show_progress,
                                  title="%s | %s | %s params" % (self.task.name, self.policy.arch,
                                                                "{:,}".format(self.num_parameters)))
         metric_name = self.task.metric_name
+        self.interrupted_at = None
+        self._stop_asked = False
+        self._in_steps = False
+        old_handlers = self._install_stop_handlers()
         try:
             with progress:
                 if t_cfg.warm_start_epochs and not self.warm_started:
@@ -248,6 +265,7 @@ class GRPOTrainer(Trainer):
                     progress.note("warm start: %s %.3f -> %.3f" % (metric_name, before[metric_name],
                                                                     after[metric_name]))
                     self.save("warm_start.pt")
+                self._in_steps = True
                 while self.step < t_cfg.steps:
                     m = self.train_step()
                     done = self.step >= t_cfg.steps
@@ -273,13 +291,56 @@ class GRPOTrainer(Trainer):
                     progress.update(self.step, m, self.last_eval.get(metric_name))
                     if done:
                         break
+                    if self._stop_asked:                 # Ctrl-C during this step: it is complete now
+                        self.save("last.pt")
+                        self.interrupted_at = self.step
+                        raise KeyboardInterrupt
         except KeyboardInterrupt:
-            self.save("last.pt")
+            if self.world_size > 1 and self.interrupted_at is None:
+                self.save("last.pt")              # torchrun: every rank stops where it is (collective save)
             raise
         finally:
+            self._in_steps = False
+            self._restore_stop_handlers(old_handlers)
             if self._tb is not None:
                 self._tb.close()
         return self.finish(time.time() - start)
+
+    def _open_run_folder(self):
+        """Rank 0 writes config.yaml into the save dir (and opens TensorBoard when asked)."""
+        import yaml
+        if not (self.save_dir and self.rank == 0):
+            return
+        self.save_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self._path("config.yaml"), yaml.safe_dump(self.cfg, sort_keys=False))
+        if self.config_obj.training.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("training.tensorboard needs the 'tensorboard' extra (pip install tensorboard)")
+            self._tb = SummaryWriter(str(self._path("tb")))
+
+    def _on_stop_signal(self, signum, frame):
+        if self._in_steps and not self._stop_asked and self.world_size == 1:
+            self._stop_asked = True
+            import sys
+            sys.stderr.write("\nstopping after step %d (saving it); press Ctrl-C again to stop now without saving\n"
+                             % (self.step + 1))
+            return
+        raise KeyboardInterrupt
+
+    def _install_stop_handlers(self):
+        old = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                old[sig] = signal.signal(sig, self._on_stop_signal)
+            except ValueError:          # not the main thread: Python's own handling stays
+                pass
+        return old
+
+    def _restore_stop_handlers(self, old):
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
     def finish(self, wall):
         metric_name = self.task.metric_name

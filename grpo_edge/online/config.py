@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from grpo_edge.core import validate
 from grpo_edge.errors import ConfigError
 
 # (key, default, documentation) of the `online` section; --help prints them.
@@ -38,6 +39,9 @@ TRAINING_DEFAULTS = {"batch_size": 2, "lr": 1e-3, "lr_scaling": "none", "steps":
 GRPO_DEFAULTS = {"group_size": 8, "num_iterations": 2, "clip_eps": 0.2, "advantage": "reward_to_go",
                  "gamma": 0.99, "beta": 0.0, "entropy_coef": 0.0}
 MODEL_DEFAULTS = {"arch": "mlp", "hidden": 64, "num_layers": 3, "activation": "tanh"}
+# The fresh policy's keys (an mlp: online training takes vector observations) and their checks.
+MODEL_KEYS = {"arch": ("mlp",), "hidden": "int", "num_layers": "int", "activation": ("tanh", "relu"),
+              "hidden_dropout": "dropout"}
 SECTIONS = ("online", "training", "grpo", "model")
 
 
@@ -79,7 +83,7 @@ def load_online_config(path=None, overrides=None):
             except ImportError:
                 raise ConfigError("%s is YAML but PyYAML is not installed here: write the config as JSON" % path)
             try:
-                raw = yaml.safe_load(text) or {}
+                raw = validate.yaml_load(text) or {}
             except yaml.YAMLError as e:
                 raise ConfigError("%s is not valid YAML (%s)" % (path, str(e).splitlines()[0]))
         else:
@@ -112,6 +116,10 @@ def load_online_config(path=None, overrides=None):
             cfg[section][key] = value
     for key in cfg["online"]:
         _check_key(key, [k for k, _, _ in ONLINE_KEYS], "online key")
+    for section, kinds in (("training", validate.TRAINING_KEYS), ("grpo", validate.GRPO_KEYS),
+                           ("model", MODEL_KEYS)):
+        for key in cfg[section]:
+            _check_key(key, sorted(kinds), "%s key" % section)
     return _validate(cfg)
 
 
@@ -121,29 +129,57 @@ def _check_key(key, valid, what):
         raise ConfigError("unknown %s %r%s" % (what, key, " (did you mean %r?)" % close[0] if close else ""))
 
 
+def _check_sections(cfg):
+    """training / grpo values: the run config's rules (grpo_edge/core/validate.py); model: a fresh mlp."""
+    for section, kinds in (("training", validate.TRAINING_KEYS), ("grpo", validate.GRPO_KEYS)):
+        for key, value in cfg[section].items():
+            kind = kinds[key]
+            if section == "training" and key == "amp" and value == "auto":
+                continue
+            if section == "training" and key in ("minibatch_size", "grad_accum_steps"):     # 0 = derived
+                cfg[section][key] = validate.check_number("%s.%s" % (section, key), value, "int", lo=0)
+                continue
+            cfg[section][key] = validate.check_key(section, key, value, kind)
+    for key, kind in MODEL_KEYS.items():
+        if key not in cfg["model"]:
+            continue
+        where, value = "model.%s" % key, cfg["model"][key]
+        if isinstance(kind, tuple):
+            validate.check_choice(where, value, kind)
+        elif kind == "int":
+            cfg["model"][key] = validate.check_number(where, value, "int", lo=1)
+        else:
+            cfg["model"][key] = validate.check_number(where, value, "float", 0, 1, True, False)
+
+
 def _validate(cfg):
     o, t, g = cfg["online"], cfg["training"], cfg["grpo"]
     if bool(o["env"]) == bool(o["stream"]):
         raise ConfigError("set exactly one of online.env (an environment) and online.stream (stdin or tcp:PORT)")
     if o["stream"] and o["stream"] != "stdin" and not str(o["stream"]).startswith("tcp:"):
         raise ConfigError("online.stream must be 'stdin' or 'tcp:PORT', got %r" % o["stream"])
+    port = str(o["stream"]).split(":", 1)[1] if o["stream"] and o["stream"] != "stdin" else "1"
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError("online.stream tcp:PORT needs a port 1-65535, got %r" % o["stream"])
     if o["stream"] and not o["policy"]:
         raise ConfigError("online.stream needs online.policy: the checkpoint the robot runs")
     for key, low in (("max_steps", 1), ("eval_episodes", 1), ("gate_every", 1), ("checkpoint_every", 1),
                      ("max_updates", 0), ("holdout_every", 2), ("buffer_groups", 1), ("threads", 1)):
         if not isinstance(o[key], int) or isinstance(o[key], bool) or o[key] < low:
             raise ConfigError("online.%s must be an integer >= %d, got %r" % (key, low, o[key]))
-    if not isinstance(o["margin"], (int, float)) or o["margin"] < 0:
-        raise ConfigError("online.margin must be a number >= 0 (metric units), got %r" % (o["margin"],))
     if not isinstance(o["env_schedule"], list) or not all(
             isinstance(e, list) and len(e) == 2 and isinstance(e[0], int) and isinstance(e[1], dict)
             for e in o["env_schedule"]):
         raise ConfigError("online.env_schedule must be a list of [episodes, {param: value}] pairs")
+    validate.check_number("online.margin", o["margin"], "float", lo=0)
+    if not isinstance(o["env_kwargs"], dict):
+        raise ConfigError("online.env_kwargs must be a mapping {key: value}, got %r" % (o["env_kwargs"],))
+    validate.check_finite_tree("online.env_kwargs", o["env_kwargs"])
+    validate.check_finite_tree("online.env_schedule", o["env_schedule"])
+    if not isinstance(o["export_onnx"], bool):
+        raise ConfigError("online.export_onnx must be true or false, got %r" % (o["export_onnx"],))
     parse_memory(o["max_memory"])
-    if int(g["group_size"]) < 2:
-        raise ConfigError("grpo.group_size must be >= 2: advantages are relative to the group")
-    if int(t["batch_size"]) < 1:
-        raise ConfigError("training.batch_size (groups per update) must be >= 1")
+    _check_sections(cfg)
     # Small batches: one group per forward/backward, gradients accumulated over the whole batch.
     t["minibatch_size"] = int(t["minibatch_size"]) or int(g["group_size"])
     t["grad_accum_steps"] = int(t["grad_accum_steps"]) or max(1, int(t["batch_size"]) * int(g["group_size"])

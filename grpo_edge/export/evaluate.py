@@ -1,4 +1,5 @@
-"""Run exported artifacts as if they were the torch policy, so a task scores them with its own metric.
+"""Evaluate exported artifacts: run them as if they were the torch policy, so a task scores them with its
+own metric (used by every target's deploy and by the benchmarks).
 
     policy = ArrayPolicy(lambda x: sess.run(None, {"obs": x})[0])
     task.evaluate(policy)["return"]

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from grpo_edge.config_small_data import (SMALL_DATA_CHOICES, SMALL_DATA_RANGES, AugmentConfig, CurriculumConfig,
+from grpo_edge.config.small_data import (SMALL_DATA_CHOICES, SMALL_DATA_RANGES, AugmentConfig, CurriculumConfig,
                                          DistillConfig, check_small_data)
+from grpo_edge.core import validate
 from grpo_edge.errors import ConfigError
 
 
@@ -68,6 +69,10 @@ class TrainingConfig:
     """Mixed precision: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
     gradient_checkpointing: int = 0
     """Checkpoint every N-th block of transformer models (0 = off): less memory, more compute."""
+    micro_batch_mb: int = 128
+    """Activation memory budget of one forward/backward, MB: each minibatch is split into micro-batches
+    sized from the sequence length and model width (same single optimizer update, same gradient);
+    0 = no split. See grpo_edge/core/microbatch.py."""
     device: str = "auto"
     """'auto' (CUDA when present, else CPU), 'cpu' or 'cuda'."""
     seed: int = 0
@@ -130,32 +135,9 @@ class GRPOConfig:
 
 
 SECTIONS = ("model", "training", "grpo", "task", "curriculum", "augment", "distill")
-CHOICES = {
-    ("training", "lr_scaling"): ("sqrt", "none"),
-    ("training", "lr_schedule"): ("constant", "linear", "cosine"),
-    ("training", "device"): ("auto", "cpu", "cuda"),
-    ("grpo", "algo"): ("grpo", "ppo"),
-    ("grpo", "loss_type"): ("grpo", "bnpo", "dapo", "dr_grpo"),
-    ("grpo", "importance_level"): ("token", "sequence"),
-    ("grpo", "scale_rewards"): ("group", "batch", "none"),
-    ("grpo", "advantage"): ("auto", "sequence", "reward_to_go"),
-    ("grpo", "kl_estimator"): ("k1", "k2", "k3"),
-}
-# (section, key) -> (low, high, low_inclusive); None = unbounded
-RANGES = {
-    ("training", "steps"): (1, None, True), ("training", "batch_size"): (1, None, True),
-    ("training", "lr"): (0, None, False), ("training", "base_batch_size"): (1, None, True),
-    ("training", "adam_beta1"): (0, 1, True), ("training", "adam_beta2"): (0, 1, True),
-    ("training", "grad_norm_clip"): (0, None, True), ("training", "grad_accum_steps"): (1, None, True),
-    ("training", "minibatch_size"): (0, None, True), ("training", "warmup_steps"): (0, None, True),
-    ("training", "eval_every"): (0, None, True), ("training", "save_every"): (1, None, True),
-    ("training", "warm_start_epochs"): (0, None, True), ("training", "log_every"): (1, None, True),
-    ("grpo", "group_size"): (2, None, True), ("grpo", "num_iterations"): (1, None, True),
-    ("grpo", "clip_eps"): (0, 1, False), ("grpo", "beta"): (0, None, True),
-    ("grpo", "gamma"): (0, 1, True), ("grpo", "gae_lambda"): (0, 1, True),
-    ("grpo", "temperature"): (0, None, False), ("grpo", "grad_penalty_lambda"): (0, None, True),
-    ("training", "gradient_checkpointing"): (0, None, True), ("training", "threads"): (0, None, True),
-}
+# (section, key) -> allowed values / (low, high, low_inclusive[, high_inclusive]): grpo_edge/core/validate.py
+CHOICES = dict(validate.CHOICES)
+RANGES = dict(validate.RANGES)
 CHOICES.update(SMALL_DATA_CHOICES)
 RANGES.update(SMALL_DATA_RANGES)
 # Names readers of the seed document (or of other frameworks) type, mapped to ours.
@@ -190,41 +172,12 @@ def _closest(key, valid):
 
 def _coerce(section, key, value, typ):
     """Check / convert one value against a dataclass field type; raise ConfigError naming the key."""
-    where = "%s.%s" % (section, key)
     optional = typ in (Optional[float], Optional[int], Optional[str])
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError("%s must not be empty" % where)
     base = {Optional[float]: float, Optional[int]: int, Optional[str]: str}.get(typ, typ)
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError("%s must be true or false, got %r" % (where, value))
-    if base is int:
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-            raise ConfigError("%s must be an integer, got %r" % (where, value))
-        value = int(value)
-    elif base is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError("%s must be a number, got %r" % (where, value))
-        value = float(value)
-    elif base is str:
-        if not isinstance(value, str):
-            raise ConfigError("%s must be a string, got %r" % (where, value))
-    choices = CHOICES.get((section, key))
-    if choices and value not in choices:
-        raise ConfigError("%s must be one of %s, got %r%s" % (where, ", ".join(choices), value,
-                                                             _closest(str(value), choices)))
-    rng = RANGES.get((section, key))
-    if rng is not None:
-        lo, hi, lo_incl = rng
-        if (lo is not None and (value < lo if lo_incl else value <= lo)) or (hi is not None and value > hi):
-            span = "%s%s, %s]" % ("[" if lo_incl else "(", lo, hi if hi is not None else "inf")
-            raise ConfigError("%s must be in %s, got %r" % (where, span, value))
-    return value
+    kind = {bool: "bool", int: "int", float: "float", str: "str"}.get(base)
+    if kind is None:            # Any: checked by the section's own function
+        return value
+    return validate.check_key(section, key, value, kind + ("?" if optional else ""), ranges=RANGES, choices=CHOICES)
 
 
 def _build_section(section, cls, values, aliases):
@@ -238,13 +191,43 @@ def _build_section(section, cls, values, aliases):
     return cls(**kwargs)
 
 
+# Model constructor arguments that take one of a few strings, per architecture.
+MODEL_CHOICES = {"mlp": {"activation": ("tanh", "relu")}}
+# Pairs of model sizes that must divide: (arch, d_model key, heads key).
+HEAD_KEYS = {"micro-gpt": ("d_model", "n_head"), "tiny-transformer": ("d_model", "nhead")}
+
+
+def _check_model_value(arch, key, value, default):
+    where = "model.%s" % key
+    if isinstance(default, bool):
+        return validate.check_bool(where, value)
+    if isinstance(default, int):
+        return validate.check_number(where, value, "int", lo=1)
+    if isinstance(default, float):
+        if key.endswith("dropout"):
+            return validate.check_number(where, value, "float", 0, 1, True, False)
+        return validate.check_number(where, value, "float", lo=0)
+    if isinstance(default, str):
+        choices = MODEL_CHOICES.get(arch, {}).get(key)
+        if choices:
+            return validate.check_choice(where, value, choices)
+        if not isinstance(value, str):
+            raise ConfigError("%s must be a string, got %r" % (where, value))
+        return value
+    if isinstance(default, (tuple, list)):
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError("%s must be a non-empty list of integers >= 1, got %r" % (where, value))
+        return [validate.check_number("%s[%d]" % (where, i), v, "int", lo=1) for i, v in enumerate(value)]
+    return validate.check_finite_tree(where, value)
+
+
 def _check_model(model: dict) -> dict:
     from grpo_edge.core.models import ARCHS
     model = dict(model or {})
     arch = model.get("arch")
     if arch is None:
         raise ConfigError("model.arch is missing (one of %s)" % ", ".join(sorted(ARCHS)))
-    if arch not in ARCHS:
+    if not isinstance(arch, str) or arch not in ARCHS:
         raise ConfigError("model.arch must be one of %s, got %r%s"
                           % (", ".join(sorted(ARCHS)), arch, _closest(str(arch), ARCHS)))
     params = inspect.signature(ARCHS[arch].__init__).parameters
@@ -257,38 +240,73 @@ def _check_model(model: dict) -> dict:
         if key in TASK_SUPPLIED:
             raise ConfigError("model.%s is set by the task, not the config" % key)
         if key not in valid:
-            raise ConfigError("unknown key model.%s for arch %s%s" % (key, arch, _closest(key, valid)))
-        default = valid[key]
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise ConfigError("model.%s must be true or false, got %r" % (key, value))
-        if isinstance(default, (int, float)) and not isinstance(default, bool):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError("model.%s must be a number, got %r" % (key, value))
-            if isinstance(default, int) and not isinstance(default, bool) and float(value) != int(value):
-                raise ConfigError("model.%s must be an integer, got %r" % (key, value))
-            if value < 0:
-                raise ConfigError("model.%s must be >= 0, got %r" % (key, value))
-            if key.endswith("dropout") and value >= 1:
-                raise ConfigError("model.%s must be in [0, 1), got %r" % (key, value))
-        out[key] = value
+            raise ConfigError("unknown key model.%s for arch %s%s" % (key, arch, _closest(str(key), valid)))
+        out[key] = _check_model_value(arch, key, value, valid[key])
+    if arch in HEAD_KEYS:
+        dk, hk = HEAD_KEYS[arch]
+        d, h = out.get(dk, valid[dk]), out.get(hk, valid[hk])
+        if d % h:
+            raise ConfigError("model.%s (%d) must be a multiple of model.%s (%d)" % (dk, d, hk, h))
+    if arch == "lite-resnet":
+        ch, bl = out.get("channels", valid["channels"]), out.get("blocks", valid["blocks"])
+        if len(ch) != len(bl):
+            raise ConfigError("model.channels %s and model.blocks %s must have the same length"
+                              % (list(ch), list(bl)))
     return out
 
 
+def _check_task_value(name, key, value, default, ranges):
+    """A task key against the type of its default and the task's declared range (Task.ranges)."""
+    where = "task.%s" % key
+    validate.check_finite_tree(where, value)
+    if value is None or default is None:
+        pass
+    elif isinstance(default, bool):
+        value = validate.check_bool(where, value)
+    elif isinstance(default, (int, float)):
+        kind = "int" if isinstance(default, int) else "float"
+        value = validate.check_number(where, value, kind)
+    elif isinstance(default, dict) and not isinstance(value, dict):
+        raise ConfigError("%s must be a mapping {key: value}, got %r" % (where, value))
+    elif isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple, str)):
+        raise ConfigError("%s must be a list, got %r" % (where, value))
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError("%s must be a string, got %r" % (where, value))
+    rng = ranges.get(key)
+    if rng is not None and value is not None:
+        lo, hi, lo_incl = rng[:3]
+        value = validate.check_number(where, value, "int" if isinstance(value, int) else "float", lo, hi, lo_incl,
+                                      rng[3] if len(rng) > 3 else True)
+    return value
+
+
 def _check_task(task: dict) -> dict:
-    from grpo_edge.tasks import TASKS, task_defaults
+    from grpo_edge.tasks import TASKS, task_class, task_defaults
     task = dict(task or {})
     name = task.get("name")
     if name is None:
         raise ConfigError("task.name is missing (one of %s)" % ", ".join(sorted(TASKS)))
-    if name not in TASKS and ":" not in str(name):
+    if not isinstance(name, str) or (name not in TASKS and ":" not in name):
         raise ConfigError("task.name must be one of %s or 'module:Class', got %r%s"
                           % (", ".join(sorted(TASKS)), name, _closest(str(name), TASKS)))
     defaults = task_defaults(name)
     if defaults is not None:
-        for key in task:
-            if key != "name" and key not in defaults:
-                raise ConfigError("unknown key task.%s for task %s%s" % (key, name, _closest(key, defaults)))
+        ranges = getattr(task_class(name), "ranges", {}) or {}
+        for key in list(task):
+            if key == "name":
+                continue
+            if key not in defaults:
+                raise ConfigError("unknown key task.%s for task %s%s" % (key, name, _closest(str(key), defaults)))
+            task[key] = _check_task_value(name, key, task[key], defaults[key], ranges)
     return task
+
+
+def _check_arch_fits_task(arch: str, task_name: str) -> None:
+    """Task classes may declare `archs`, the architectures their inputs and outputs fit."""
+    from grpo_edge.tasks import task_class
+    allowed = getattr(task_class(task_name), "archs", None)
+    if allowed and arch not in allowed:
+        raise ConfigError("model.arch %s does not fit task %s; it takes %s" % (arch, task_name, ", ".join(allowed)))
 
 
 def _check_combinations(cfg: Config) -> None:
@@ -322,7 +340,7 @@ def parse_overrides(pairs) -> Dict[str, Dict[str, Any]]:
             raise ConfigError("--set key must be <section>.<key> with section one of %s, got %r"
                               % (", ".join(SECTIONS), dotted))
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = validate.yaml_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         out.setdefault(parts[0], {})[parts[1]] = value
@@ -334,7 +352,7 @@ def resolve_config_path(path) -> Path:
     p = Path(path)
     if p.is_file():
         return p
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent      # the grpo_edge package folder
     candidates = [Path("configs") / p.name, here.parent / "configs" / p.name, here / "configs" / p.name]
     if p.suffix == "":
         candidates += [c.with_suffix(".yaml") for c in candidates]
@@ -345,21 +363,24 @@ def resolve_config_path(path) -> Path:
 
 
 def builtin_recipes():
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent      # the grpo_edge package folder
     for d in (here.parent / "configs", here / "configs"):
         if d.is_dir():
             return sorted(p.name for p in d.glob("*.yaml"))
     return []
 
 
-def load_config(path=None, overrides=None, data: Optional[dict] = None) -> Config:
-    """Resolve a config: defaults < YAML file (or `data`) < overrides (list of 'section.key=value')."""
+def load_config(path=None, overrides=None, data: Optional[dict] = None, literals: Optional[dict] = None) -> Config:
+    """Resolve a config: defaults < YAML file (or `data`) < overrides (list of 'section.key=value') < literals.
+
+    literals: {'section.key': value} taken as given, never parsed as YAML (paths from the command line:
+    `--data-path "data/pairs #2.tsv"` stays that path)."""
     import yaml
     raw: Dict[str, Any] = {}
     if path is not None:
         p = resolve_config_path(path)
         try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+            raw = validate.yaml_load(p.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = (" line %d" % (mark.line + 1)) if mark is not None else ""
@@ -377,13 +398,18 @@ def load_config(path=None, overrides=None, data: Optional[dict] = None) -> Confi
         if raw[section] is not None and not isinstance(raw[section], dict):
             raise ConfigError("config section '%s' must be a mapping" % section)
     raw = _merge(raw, parse_overrides(overrides))
+    for dotted, value in (literals or {}).items():
+        section, key = dotted.split(".", 1)
+        raw = _merge(raw, {section: {key: value}})
     task = _check_task(raw.get("task") or {"name": "cartpole"})
     model = raw.get("model") or {}
     if "arch" not in model:
         from grpo_edge.tasks import default_arch
         model = dict(model, arch=default_arch(task["name"]))
+    model = _check_model(model)
+    _check_arch_fits_task(model["arch"], task["name"])
     cfg = Config(
-        model=_check_model(model),
+        model=model,
         training=_build_section("training", TrainingConfig, raw.get("training"), TRAINING_ALIASES),
         grpo=_build_section("grpo", GRPOConfig, raw.get("grpo"), GRPO_ALIASES),
         task=task,

@@ -12,6 +12,9 @@ Two line formats matter here (fields are space separated; order varies between b
 Power rails are "<RAIL> <instant>/<average>" in milliwatts (JetPack 4 prints bare numbers, JetPack 5+
 appends "mW"); the average is over the tegrastats process lifetime. The board input rail is POM_5V_IN on
 the Nano and VDD_IN on Orin (module input, not the carrier board).
+
+grpo_edge/runtime/tegrastats.py, shipped unchanged into Jetson deploy folders, where run_engine.py samples
+power with it. Standard library only; Python 3.6-valid.
 """
 import re
 import shutil
@@ -19,8 +22,6 @@ import subprocess
 import threading
 import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
-
-from grpo_edge.errors import TargetError
 
 INPUT_RAILS = ("VDD_IN", "POM_5V_IN")   # board/module input power, in order of preference
 
@@ -61,13 +62,13 @@ class TegraSample(NamedTuple):
 
 
 def parse_line(line: str, time_s: float = 0.0) -> TegraSample:
-    """Parse one tegrastats line; raises TargetError when it has no RAM field (not a tegrastats line)."""
+    """Parse one tegrastats line; raises ValueError when it has no RAM field (not a tegrastats line)."""
     text = line.strip()
     m = _STAMP.match(text)
     stamp = m.group(1) if m else None
     ram = _RAM.search(text)
     if not ram:
-        raise TargetError("not a tegrastats line (no 'RAM used/totalMB' field): %r" % text[:80])
+        raise ValueError("not a tegrastats line (no 'RAM used/totalMB' field): %r" % text[:80])
     cpu_load, cpu_mhz = [], []
     cm = _CPU.search(text)
     if cm:
@@ -135,7 +136,7 @@ class TegrastatsSampler:
     def start(self) -> "TegrastatsSampler":
         exe = shutil.which(self.command)
         if exe is None:
-            raise TargetError("tegrastats not found (%s): power can only be sampled on a Jetson" % self.command)
+            raise RuntimeError("tegrastats not found (%s): power can only be sampled on a Jetson" % self.command)
         self._proc = subprocess.Popen([exe, "--interval", str(self.interval_ms)], stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, universal_newlines=True, bufsize=1)
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -147,7 +148,7 @@ class TegrastatsSampler:
         for line in self._proc.stdout:
             try:
                 self.samples.append(parse_line(line, time.monotonic()))
-            except TargetError:
+            except ValueError:
                 self.bad_lines += 1
 
     def stop(self) -> List[TegraSample]:

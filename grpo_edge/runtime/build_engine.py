@@ -9,7 +9,7 @@ the Jetsons ship: 8.2 (JetPack 4.6, Jetson Nano) and 10.x (JetPack 6, Orin); run
 - int8 on TensorRT < 10: the fp32 ONNX + the calibration cache, read back by a calibrator whose class
   matches the cache header (IInt8EntropyCalibrator2 for "EntropyCalibration2"); no calibration runs.
 - int8 on TensorRT >= 10: the Q/DQ ONNX (explicit quantization; calibrators are deprecated since 10.1).
-Copied verbatim from grpo_edge/targets/jetson/build_engine.py by `grpo-edge deploy`; no grpo_edge import.
+grpo_edge/runtime/build_engine.py, copied unchanged by `grpo-edge deploy`; no grpo_edge import.
 THIS FILE IS NOT TESTED AGAINST TENSORRT where it was written (TensorRT cannot be installed there).
 """
 import argparse

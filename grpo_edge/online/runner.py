@@ -34,8 +34,11 @@ import torch
 
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
 from grpo_edge.core.trainer import Trainer, resolve_device
-from grpo_edge.errors import ConfigError, GrpoEdgeError
-from grpo_edge.online_config import ONLINE_KEYS, load_online_config, parse_memory, rss_bytes
+from grpo_edge.core.finite import weights_problem
+from grpo_edge.errors import ConfigError, GrpoEdgeError, NonFiniteError
+from grpo_edge.online.config import ONLINE_KEYS, load_online_config, parse_memory, rss_bytes
+
+MAX_NONFINITE_IN_A_ROW = 10
 
 # ---------------------------------------------------------------------------------------------- runner
 class OnlineRunner(object):
@@ -83,7 +86,10 @@ class OnlineRunner(object):
         self.version = int(meta.get("online", {}).get("version", 0)) if resumed_served else 0
         self.task.behaviour = self.served
         self.trainer = Trainer(copy.deepcopy(served), self.task, cfg, device=self.device)
-        self.counters = {"update": 0, "gates": 0, "promotions": 0, "rollbacks": 0}
+        self.counters = {"update": 0, "gates": 0, "promotions": 0, "rollbacks": 0, "nonfinite": 0}
+        self._nonfinite_in_a_row = 0
+        if hasattr(self.task, "on_drop"):
+            self.task.on_drop = self._on_drop
         if os.path.exists(self.paths["state.pt"]):
             self._resume()
         else:
@@ -95,7 +101,7 @@ class OnlineRunner(object):
         self._export_onnx()   # the ONNX always matches served.pt, even after a kill between the two
 
     def _build_task(self, model_config):
-        from grpo_edge.online_sources import EnvTask, StreamTask, make_env_factory, stdin_lines, tcp_lines
+        from grpo_edge.online.sources import EnvTask, StreamTask, make_env_factory, stdin_lines, tcp_lines
         o, t, g = self.o, self.cfg["training"], self.cfg["grpo"]
         if o["env"]:
             return EnvTask(o["env"], make_env_factory(o["env"], o["env_kwargs"]), o["max_steps"],
@@ -160,7 +166,7 @@ class OnlineRunner(object):
     def _resume(self):
         st = load_checkpoint(self.paths["state.pt"])
         self.trainer.load_state_dict(st)
-        self.counters = dict((k, int(st["online"][k])) for k in self.counters)
+        self.counters = dict((k, int(st["online"].get(k, 0))) for k in self.counters)
         u = self.counters["update"]
         dropped = 0
         for name in ("metrics.jsonl", "decisions.jsonl"):      # forget what happened after state.pt
@@ -192,6 +198,26 @@ class OnlineRunner(object):
         os.replace(path + ".tmp", path)
         return last - update
 
+    def _on_drop(self, where, reason):
+        self._log("decisions.jsonl", {"event": "drop", "update": self.counters["update"], "where": where,
+                                      "reason": reason})
+        self.echo("%s: %s" % (where, reason))
+
+    def reject_update(self, err):
+        """A NaN / inf reward, loss, gradient or weight: the candidate goes back to the served weights (Adam
+        state cleared), the update is not counted, nothing is saved from it. Many in a row stop the run."""
+        self.trainer.policy.load_state_dict(self.served.state_dict())
+        self.trainer.optimizer.state.clear()
+        self.trainer.optimizer.zero_grad()
+        self.counters["nonfinite"] += 1
+        self._nonfinite_in_a_row += 1
+        self._log("decisions.jsonl", {"event": "nonfinite", "update": self.counters["update"], "reason": str(err),
+                                      "action": "candidate reset to served v%d" % self.version})
+        self.echo("update %d rejected: %s" % (self.counters["update"] + 1, err))
+        if self._nonfinite_in_a_row >= MAX_NONFINITE_IN_A_ROW:
+            raise NonFiniteError("%d updates in a row were not finite (last: %s); served.pt and state.pt hold the "
+                                 "last good state" % (self._nonfinite_in_a_row, err))
+
     # ------------------------------------------------------------------ the loop
     def gate(self):
         cand_model = self.trainer.policy
@@ -199,7 +225,14 @@ class OnlineRunner(object):
         c = self.task.evaluate(cand_model)
         rec = {"event": "gate", "update": self.counters["update"], "served_eval": s["return"],
                "candidate_eval": c["return"], "margin": float(self.o["margin"]), "eval_n": s["n"]}
-        if s["n"] == 0 or s["return"] != s["return"] or c["return"] != c["return"]:
+        bad = weights_problem(list(cand_model.state_dict().values()))
+        if bad is not None:                                 # never reaches served.pt (train_step checks too)
+            rec["decision"] = "rollback"
+            rec["reason"] = "candidate weights %s" % bad
+            cand_model.load_state_dict(self.served.state_dict())
+            self.trainer.optimizer.state.clear()
+            self.counters["rollbacks"] += 1
+        elif s["n"] == 0 or s["return"] != s["return"] or c["return"] != c["return"]:
             rec["decision"] = "defer"                       # stream: no held-out episodes yet
         elif c["return"] >= s["return"] - float(self.o["margin"]):
             rec["decision"] = "promote"
@@ -245,7 +278,7 @@ class OnlineRunner(object):
 
     def run(self):
         """Update until max_updates, a stop signal or the end of the stream. Returns a summary dict."""
-        from grpo_edge.online_sources import StreamEnded
+        from grpo_edge.online.sources import StreamEnded
         old = [signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)]
         reason = "max_updates"
         t0 = time.time()
@@ -253,7 +286,12 @@ class OnlineRunner(object):
             while not self.stop:
                 if self.o["max_updates"] and self.counters["update"] >= self.o["max_updates"]:
                     break
-                m = self.trainer.train_step()
+                try:
+                    m = self.trainer.train_step()
+                except NonFiniteError as e:
+                    self.reject_update(e)
+                    continue
+                self._nonfinite_in_a_row = 0
                 self.counters["update"] = u = self.trainer.step
                 rss = rss_bytes()
                 self._log("metrics.jsonl", {"update": u, "reward_mean": m["reward_mean"], "loss": m.get("loss"),
@@ -274,7 +312,8 @@ class OnlineRunner(object):
             for s, h in zip((signal.SIGTERM, signal.SIGINT), old):
                 signal.signal(s, h)
         self.save_state()
-        summary = dict(self.counters, served_version=self.version, stopped=reason, episodes=self.task.episodes,
+        summary = dict(self.counters, served_version=self.version,
+                       dropped_episodes=getattr(self.task, "dropped_episodes", 0), stopped=reason, episodes=self.task.episodes,
                        wall_s=round(time.time() - t0, 2), rss_mb=round(rss_bytes() / 2.0 ** 20, 1))
         self._log("decisions.jsonl", dict(summary, event="stop"))
         return summary

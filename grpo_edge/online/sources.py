@@ -16,6 +16,10 @@ Record format of a stream (one JSON object per line, UTF-8; see docs/online.md):
 `reward` is what the step earned after `action` was taken in `obs`. An episode ends at a record with
 done or truncated true. A group is G episodes: by default G consecutive episodes; with a "group" key,
 the G episodes that carry the same key (for instance the same start configuration of a robot).
+
+A record that is well-formed but carries numbers training cannot use (NaN / inf or |obs| > 1e9 in
+float32, |reward| > 1e6, a logp that is not finite or below -50) does not stop the stream: its whole
+episode is dropped, and the reason is reported (decisions.jsonl "drop" events, `dropped_episodes`).
 """
 import importlib
 import json
@@ -75,7 +79,7 @@ def make_env_factory(spec, kwargs):
         import gymnasium as gym
     except ImportError:
         raise ConfigError("online.env %r looks like a gymnasium id, but gymnasium is not installed here; "
-                          "name a class instead, as module:Class (e.g. grpo_edge.online_envs:CartPole)" % spec)
+                          "name a class instead, as module:Class (e.g. grpo_edge.online.envs:CartPole)" % spec)
     try:
         gym.spec(spec)
     except Exception as e:
@@ -224,6 +228,25 @@ def tcp_lines(port, host="127.0.0.1"):
     return lines()
 
 
+OBS_LIMIT = 1e9          # |obs| in float32
+REWARD_LIMIT = 1e6       # |reward| per step: group statistics of larger values overflow float32
+LOGP_MIN = -50.0         # exp(logp_new - logp_old) of an action below this overflows the clipped ratio
+
+
+def record_problem(rec):
+    """None, or why a parsed record's numbers are unusable for training (its episode is then dropped)."""
+    obs, _, r, _, _, logp, _ = rec
+    if not np.all(np.isfinite(obs)):
+        return "obs holds NaN / inf (in float32)"
+    if obs.size and float(np.abs(obs).max()) > OBS_LIMIT:
+        return "obs beyond %g (max |obs| = %.3g)" % (OBS_LIMIT, float(np.abs(obs).max()))
+    if not math.isfinite(r) or abs(r) > REWARD_LIMIT:
+        return "reward %r is not a finite number within +-%g" % (r, REWARD_LIMIT)
+    if logp is not None and (not math.isfinite(logp) or logp < LOGP_MIN):
+        return "logp %r is not a finite log-probability >= %g" % (logp, LOGP_MIN)
+    return None
+
+
 def parse_record(text, where, obs_dim, n_actions):
     """One JSON line -> (obs (d,) float32, action, reward, done, truncated, logp or None, group or None)."""
     try:
@@ -243,16 +266,18 @@ def parse_record(text, where, obs_dim, n_actions):
     if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < n_actions:
         raise StreamError("%s: 'action' must be an integer in 0..%d, got %r" % (where, n_actions - 1, a))
     r = rec["reward"]
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
-        raise StreamError("%s: 'reward' must be a finite number, got %r" % (where, r))
+    if isinstance(r, bool) or not isinstance(r, (int, float)):
+        raise StreamError("%s: 'reward' must be a number, got %r" % (where, r))
     logp = rec.get("logp")
-    if logp is not None and (isinstance(logp, bool) or not isinstance(logp, (int, float)) or not logp <= 0):
+    if logp is not None and (isinstance(logp, bool) or not isinstance(logp, (int, float)) or logp > 0):
         raise StreamError("%s: 'logp' must be a log-probability (<= 0), got %r" % (where, logp))
     done, trunc = rec.get("done", False), rec.get("truncated", False)
     if not isinstance(done, bool) or not isinstance(trunc, bool):
         raise StreamError("%s: 'done' and 'truncated' must be true or false" % where)
     group = rec.get("group")
-    return (np.asarray(obs, dtype=np.float32), a, float(r), done, trunc,
+    with np.errstate(over="ignore"):           # 1e39 -> inf in float32: record_problem reports it
+        obs = np.asarray(obs, dtype=np.float32)
+    return (obs, a, float(r), done, trunc,
             None if logp is None else float(logp), None if group is None else str(group))
 
 
@@ -281,6 +306,9 @@ class StreamTask(object):
         self._open = OrderedDict()                          # group key -> episodes so far
         self._steps = []                                    # records of the episode in progress
         self.episodes = self.records = self.complete_groups = 0
+        self.dropped_episodes = 0
+        self._bad = None                                    # why the episode in progress will be dropped
+        self.on_drop = None                                 # fn(where, reason): the runner logs it
         self.io_wait = False
 
     def model_kwargs(self):
@@ -304,12 +332,24 @@ class StreamTask(object):
             return
         rec = parse_record(text, where, self.obs_dim, self.n_actions)
         self.records += 1
+        problem = record_problem(rec)
+        if problem is not None and self._bad is None:
+            self._bad = (where, problem)
+        if problem is not None:           # keep the episode's shape (done / group), drop its numbers
+            rec = (np.zeros(self.obs_dim, dtype=np.float32),) + (rec[1], 0.0) + rec[3:5] + (None, rec[6])
         self._steps.append(rec)
         if rec[3] or rec[4] or len(self._steps) >= self.max_steps:
             self._close_episode(truncated=not rec[3])
 
     def _close_episode(self, truncated):
         steps, self._steps = self._steps, []
+        if self._bad is not None:
+            where, problem = self._bad
+            self._bad = None
+            self.dropped_episodes += 1
+            if self.on_drop is not None:
+                self.on_drop(where, "episode of %d records dropped: %s" % (len(steps), problem))
+            return
         obs = np.stack([s[0] for s in steps])                              # (T, d)
         actions = np.array([s[1] for s in steps], dtype=np.int64)          # (T,)
         logp = np.array([0.0 if s[5] is None else s[5] for s in steps], dtype=np.float32)
@@ -381,12 +421,13 @@ class StreamTask(object):
         return {"return": float(est), "n": len(eps), "ess": ess}
 
     def get_state(self):
-        return {"episodes": self.episodes, "records": self.records}
+        return {"episodes": self.episodes, "records": self.records, "dropped_episodes": self.dropped_episodes}
 
     def set_state(self, state):
         if state:
             self.episodes = int(state.get("episodes", 0))
             self.records = int(state.get("records", 0))
+            self.dropped_episodes = int(state.get("dropped_episodes", 0))
 
     def shrink(self):
         """Memory pressure: drop the groups waiting to be trained on (held-out episodes stay)."""

@@ -1,6 +1,6 @@
 """Environments for online-training studies, in plain NumPy (Python 3.6 safe, no gymnasium needed).
 
-    from grpo_edge.online_envs import CartPole
+    from grpo_edge.online.envs import CartPole
     env = CartPole(length=0.5)
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(1)
@@ -11,7 +11,7 @@ terminated, truncated, info)) and, with its default parameters, the CartPole-v1 
 the episode ends when |x| > 2.4 or |theta| > 12 degrees, and is truncated after 500 steps. Its parameters
 are attributes that `set_dynamics` changes between episodes, which is what the online trainer's
 `env_schedule` uses to make the dynamics change mid-run (see docs/online.md). Name it in an online config
-as `grpo_edge.online_envs:CartPole`.
+as `grpo_edge.online.envs:CartPole`.
 
 The dynamics are the cart-pole equations of motion (Barto, Sutton and Anderson, 1983) with the pole as a
 uniform rod of half-length `length`, integrated with explicit Euler steps of `tau` seconds.

@@ -1,6 +1,6 @@
 """Config sections of the small-data features (issue 6): `curriculum`, `augment`, `distill`.
 
-Kept apart from grpo_edge/config.py (which imports them) so that each file stays readable; the same
+Kept apart from grpo_edge/config/__init__.py (which imports them) so that each file stays readable; the same
 rules apply: each field's docstring is its documentation, load_config validates them once.
 """
 from dataclasses import dataclass

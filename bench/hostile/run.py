@@ -1,0 +1,250 @@
+"""Hostile-input sweep: run each case as a subprocess against a checkout and classify what it did.
+
+    python bench/hostile/run.py                      # every case of bench/hostile/cases_train.py
+    python bench/hostile/run.py --fast               # the quick subset (config and checkpoint cases)
+    python bench/hostile/run.py --code /tmp/orig     # the same cases against another checkout (before/after)
+    python bench/hostile/run.py --kills 5            # also kill -9 trials: training and online training
+    python bench/hostile/run.py --only resume --json out.json
+
+A case is a command (`grpo-edge ...`, `python -m grpo_edge.online ...`) or a trial (a function that runs
+several commands, e.g. Ctrl-C then --resume). Each result is one of:
+
+  clean      the expected outcome: bad input -> exit code 2 and one line `error: ...` on stderr, no
+             traceback; good input (`lr: 3e-4`, a path with '#') -> it runs
+  traceback  a Python traceback reached the user
+  wrong      any other outcome: bad input accepted (exit 0), wrong exit code, a message of several lines,
+             a change that was ignored, a resumed run that differs from the uninterrupted one
+  data lost  a checkpoint or state file left with NaN / inf weights, or replaced by an inconsistent one
+
+kill -9 trials (--kills N): N training runs and N online runs, each killed with SIGKILL at a random moment
+(seeded), then: does every checkpoint load (corrupt count), how many completed steps were lost, and does
+--resume (a restart for online) end bit-identical to an uninterrupted run.
+
+Only the project's own venv python, torch and the standard library are used here; the code under test is
+reached through PYTHONPATH, so the same runner measures an older checkout.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+STATUSES = ("clean", "traceback", "wrong", "data lost")
+
+
+class Ctx(object):
+    """What a case needs: the code under test, a private folder, shared fixtures, a command runner."""
+
+    def __init__(self, code, work, fixtures, timeout):
+        self.code, self.work, self.fixtures, self.timeout = str(code), Path(work), fixtures, timeout
+
+    def env(self, extra=None):
+        env = dict(os.environ, PYTHONPATH=self.code + os.pathsep + str(self.work), OMP_NUM_THREADS="1",
+                   MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore", COLUMNS="100", GRPO_EDGE_HOSTILE="1")
+        env.update(extra or {})
+        return env
+
+    def cli(self, args, stdin=None, timeout=None, env=None):
+        return self.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], stdin, timeout, env)
+
+    def online(self, args, stdin=None, timeout=None, env=None):
+        return self.run([sys.executable, "-m", "grpo_edge.online"] + [str(a) for a in args], stdin, timeout, env)
+
+    def run(self, argv, stdin=None, timeout=None, env=None):
+        t0 = time.time()
+        try:
+            with open(stdin, "rb") if stdin else open(os.devnull, "rb") as f:
+                r = subprocess.run(argv, cwd=str(self.work), env=self.env(env), stdin=f, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, timeout=timeout or self.timeout)
+            return Result(r.returncode, r.stdout.decode("utf-8", "replace"), r.stderr.decode("utf-8", "replace"),
+                          time.time() - t0)
+        except subprocess.TimeoutExpired as e:
+            return Result(None, (e.stdout or b"").decode("utf-8", "replace"),
+                          (e.stderr or b"").decode("utf-8", "replace"), time.time() - t0)
+
+
+class Result(object):
+    def __init__(self, rc, out, err, wall):
+        self.rc, self.out, self.err, self.wall = rc, out, err, wall
+
+    @property
+    def traceback(self):
+        return "Traceback (most recent call last)" in self.err or "Traceback (most recent call last)" in self.out
+
+    def error_lines(self):
+        return [ln for ln in self.err.splitlines() if ln.startswith("error:")]
+
+    def last_line(self):
+        lines = [ln for ln in (self.err + "\n" + self.out).splitlines() if ln.strip()]
+        return lines[-1][:200] if lines else ""
+
+
+def classify_error(r):
+    """An input that must be refused: exit 2, exactly one `error:` line, no traceback."""
+    if r.rc is None:
+        return "wrong", "timed out"
+    if r.traceback:
+        return "traceback", r.last_line()
+    errs = r.error_lines()
+    tail = [ln for ln in r.err.splitlines() if ln.strip()]
+    if r.rc == 2 and len(errs) == 1 and tail and tail[-1] == errs[0]:
+        return "clean", errs[0][:200]
+    if r.rc == 0:
+        return "wrong", "accepted (exit 0): " + r.last_line()
+    return "wrong", "exit %s: %s" % (r.rc, r.last_line())
+
+
+def classify_ok(r):
+    """An input that must work: exit 0, no traceback."""
+    if r.rc is None:
+        return "wrong", "timed out"
+    if r.traceback:
+        return "traceback", r.last_line()
+    if r.rc == 0:
+        return "clean", r.last_line()
+    return "wrong", "exit %s: %s" % (r.rc, r.last_line())
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+def load_weights(path):
+    """The `model` entry of a checkpoint (torch.load weights_only), or None when unreadable."""
+    import torch
+    try:
+        st = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception:
+        return None
+    return st
+
+
+def finite_checkpoint(path):
+    import torch
+    st = load_weights(path)
+    if not isinstance(st, dict) or not isinstance(st.get("model"), dict):
+        return False
+    return all(torch.isfinite(v).all() for v in st["model"].values() if torch.is_tensor(v) and v.is_floating_point())
+
+
+def nonfinite_files(folder):
+    """Checkpoints under `folder` with NaN / inf weights (data lost: a poisoned state was written)."""
+    bad = []
+    for p in Path(folder).rglob("*.pt"):
+        st = load_weights(p)
+        if isinstance(st, dict) and isinstance(st.get("model"), dict) and not finite_checkpoint(p):
+            bad.append(p.name)
+    return bad
+
+
+def same_weights(a, b):
+    import torch
+    x, y = load_weights(a), load_weights(b)
+    if not (isinstance(x, dict) and isinstance(y, dict)):
+        return False
+    return set(x["model"]) == set(y["model"]) and all(torch.equal(x["model"][k], y["model"][k]) for k in x["model"])
+
+
+# ---------------------------------------------------------------------------------------------- running
+def run_case(case, code, root, fixtures, timeout):
+    work = Path(tempfile.mkdtemp(prefix="case_", dir=str(root)))
+    ctx = Ctx(code, work, fixtures, case.get("timeout", timeout))
+    t0 = time.time()
+    try:
+        status, note = case["fn"](ctx)
+    except Exception as e:                 # a bug in the case itself: reported, never hidden
+        status, note = "wrong", "case failed: %s: %s" % (type(e).__name__, e)
+    finally:
+        shutil.rmtree(str(work), ignore_errors=True)
+    return {"id": case["id"], "class": case["cls"], "status": status, "note": note, "wall_s": round(time.time() - t0, 1)}
+
+
+def build_fixtures(code, root, timeout):
+    """A small CartPole run (last.pt with a few steps) that checkpoint cases copy and tamper with."""
+    work = Path(root) / "fixtures"
+    work.mkdir(parents=True, exist_ok=True)
+    ctx = Ctx(code, work, {}, timeout)
+    r = ctx.cli(["train", "-q", "--set", "training.steps=2", "--set", "training.batch_size=4", "--set",
+                 "grpo.group_size=4", "--set", "training.eval_every=0", "--set", "task.eval_episodes=2",
+                 "--save-dir", work / "cartpole"])
+    if r.rc != 0:
+        raise SystemExit("fixture run failed: %s" % r.err[-2000:])
+    return {"ckpt": str(work / "cartpole" / "last.pt")}
+
+
+def summarize(results):
+    out = {s: 0 for s in STATUSES}
+    for r in results:
+        out[r["status"]] += 1
+    by_class = {}
+    for r in results:
+        by_class.setdefault(r["class"], {s: 0 for s in STATUSES})[r["status"]] += 1
+    return dict(out, cases=len(results), by_class=by_class)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--code", default=str(ROOT), help="checkout to test (default: this one)")
+    p.add_argument("--cases", default="cases_train", help="case module(s) in bench/hostile, comma-separated")
+    p.add_argument("--fast", action="store_true", help="only the quick cases")
+    p.add_argument("--only", default=None, help="cases whose id or class contains this text")
+    p.add_argument("--jobs", type=int, default=2, help="cases run in parallel")
+    p.add_argument("--timeout", type=int, default=240, help="seconds per command")
+    p.add_argument("--kills", type=int, default=0, help="kill -9 trials per mode (training, online)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--keep", action="store_true", help="keep the work folder")
+    a = p.parse_args(argv)
+
+    import importlib
+    cases = []
+    for name in a.cases.split(","):
+        cases += importlib.import_module(name).CASES
+    if a.fast:
+        cases = [c for c in cases if c.get("fast")]
+    if a.only:
+        cases = [c for c in cases if a.only in c["id"] or a.only in c["cls"]]
+    root = Path(tempfile.mkdtemp(prefix="hostile_"))
+    t0 = time.time()
+    fixtures = build_fixtures(a.code, root, a.timeout)
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
+        futs = [ex.submit(run_case, c, a.code, root, fixtures, a.timeout) for c in cases]
+        for f in futs:
+            r = f.result()
+            results.append(r)
+            print("%-10s %-14s %-44s %s" % (r["status"], r["class"][:14], r["id"][:44], r["note"][:110]), flush=True)
+    summary = summarize(results)
+    kills = None
+    if a.kills:
+        from kills import kill_trials
+        kills = kill_trials(a.code, root, a.kills, a.seed, a.timeout)
+    print("\nhostile cases: %d tried, %d clean, %d tracebacks, %d wrong, %d data lost (%.0f s; code %s)"
+          % (summary["cases"], summary["clean"], summary["traceback"], summary["wrong"], summary["data lost"],
+             time.time() - t0, a.code))
+    for cls, c in sorted(summary["by_class"].items()):
+        print("  %-16s %s" % (cls, ", ".join("%s %d" % (s, c[s]) for s in STATUSES if c[s])))
+    if kills:
+        for mode, k in kills.items():
+            print("kill -9 (%s): %d runs, %d corrupt checkpoints, %d steps lost in all, resume bit-identical %d/%d"
+                  % (mode, k["runs"], k["corrupt"], k["steps_lost"], k["identical"], k["runs"]))
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump({"code": a.code, "summary": summary, "kills": kills, "results": results}, f, indent=1)
+    if not a.keep:
+        shutil.rmtree(str(root), ignore_errors=True)
+    return 0 if summary["clean"] == summary["cases"] and (not kills or all(
+        k["corrupt"] == 0 and k["identical"] == k["runs"] for k in kills.values())) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

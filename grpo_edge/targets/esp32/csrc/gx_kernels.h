@@ -1,0 +1,488 @@
+/* gx_kernels.h: int8 kernels of grpo-edge's ESP32 models (C99, no malloc, no libc).
+ *
+ * Part of grpo-edge (grpo_edge/targets/esp32/csrc); copied unchanged next to every generated
+ * <prefix>_model.c, which holds only data (weights, per-channel requantization, one params struct
+ * per op), the arena plan and the calls.
+ *
+ * Arithmetic: TFLite / TFLite Micro int8 rules, bit for bit (docs/esp32.md): per-channel
+ * MultiplyByQuantizedMultiplier with DOUBLE rounding (TFLM's default), int32 accumulators,
+ * activations NCHW (the ONNX layout), weights int8 in ONNX layout.
+ *
+ * Every kernel is `static inline void gx_<op>(const gx_<op>_t *p, inputs..., outputs...)`; the
+ * params structs are plain data that the generator writes as `static const` objects. No kernel
+ * works in place (inputs and outputs never overlap).
+ */
+#ifndef GX_KERNELS_H
+#define GX_KERNELS_H
+
+#include <stdint.h>
+
+/* Every kernel is inlined at its call site: the generated invoke() passes `static const` params
+ * structs, so the compiler sees each op's shapes and offsets as constants (loop bounds, strides)
+ * as if the kernel had been written for that op. Define GX_INLINE as `static inline` to keep one
+ * out-of-line copy per kernel instead (less code, more instructions per MAC). */
+#ifndef GX_INLINE
+#if defined(__GNUC__)
+#define GX_INLINE static inline __attribute__((always_inline))
+#else
+#define GX_INLINE static inline
+#endif
+#endif
+
+/* ------------------------------------------------------------------ fixed point (TFLite rules) */
+
+/* SaturatingRoundingDoublingHighMul. */
+GX_INLINE int32_t gx_srdhm(int32_t a, int32_t b)
+{
+    int64_t ab, nudge;
+    if (a == b && a == INT32_MIN) return INT32_MAX;
+    ab = (int64_t)a * (int64_t)b;
+    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+/* RoundingDivideByPOT: x / 2^e rounding half away from zero. */
+GX_INLINE int32_t gx_rdbpot(int32_t x, int e)
+{
+    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
+    const int32_t rem = x & mask;
+    const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (rem > thr ? 1 : 0);   /* >> on a negative int32 is arithmetic (gcc) */
+}
+
+/* gx_rdbpot for 0 <= e <= 31 (every requantization shift): the mask in 32 bits. */
+GX_INLINE int32_t gx_rdbpot31(int32_t x, int e)
+{
+    const int32_t mask = (int32_t)((1u << e) - 1u);
+    const int32_t rem = x & mask;
+    const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (rem > thr ? 1 : 0);
+}
+
+/* MultiplyByQuantizedMultiplier, double rounding (TFLM default); shift in [-31, 31]. */
+GX_INLINE int32_t gx_mbqm(int32_t x, int32_t m, int shift)
+{
+    const int left = shift > 0 ? shift : 0;
+    const int right = shift > 0 ? 0 : -shift;
+    return gx_rdbpot31(gx_srdhm((int32_t)((uint32_t)x << left), m), right);
+}
+
+GX_INLINE int32_t gx_clamp(int32_t v, int32_t lo, int32_t hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* Per-output-channel requantization: out = clamp(mbqm(acc, mult[c], shift[c]) + out_offset). */
+typedef struct {
+    const int32_t *bias;        /* [channels] int32; for fc/conv: bias + input_offset * sum(w[c]) (folded) */
+    const int32_t *mult;        /* [channels] */
+    const int8_t *shift;        /* [channels] */
+    int32_t out_offset;         /* output zero point */
+    int32_t act_min, act_max;   /* fused activation range, within the output type */
+} gx_requant_t;
+
+GX_INLINE int32_t gx_requant(int32_t acc, const gx_requant_t *q, int c)
+{
+    return gx_clamp(gx_mbqm(acc, q->mult[c], q->shift[c]) + q->out_offset, q->act_min, q->act_max);
+}
+
+/* ------------------------------------------------------------------ fully connected */
+
+typedef struct {
+    int n_in, n_out;
+    int32_t in_offset;          /* -input zero point when NOT folded into q.bias, else 0 */
+    const int8_t *weights;      /* [n_out][n_in] */
+    gx_requant_t q;
+} gx_fc_t;
+
+/* Tap k + j of 4 rows (one input, 4 weights, 4 multiply-adds); 2 taps per loop turn (4 spill on rv32). */
+#define GX_FC_TAP(j)                                                             \
+    do {                                                                         \
+        const int32_t x_ = (int32_t)in[k + (j)] + off;                                      \
+        a0 += (int32_t)w0[j] * x_;                                               \
+        a1 += (int32_t)w1[j] * x_;                                               \
+        a2 += (int32_t)w2[j] * x_;                                               \
+        a3 += (int32_t)w3[j] * x_;                                               \
+    } while (0)
+
+/* out[o] = requant(bias[o] + sum_k w[o][k] * (in[k] + in_offset)); 4 rows at a time (each input
+ * loaded once per 4 multiply-adds), then the last n_out % 4 rows one by one. */
+GX_INLINE void gx_fc(const gx_fc_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    const int n = p->n_in;
+    const int32_t off = p->in_offset;
+    const int n4 = p->n_out & ~3;
+    int o, k;
+    for (o = 0; o < n4; o += 4) {
+        const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+        int32_t a0 = p->q.bias[o], a1 = p->q.bias[o + 1], a2 = p->q.bias[o + 2], a3 = p->q.bias[o + 3];
+        for (k = 0; k + 2 <= n; k += 2, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {
+            GX_FC_TAP(0); GX_FC_TAP(1);
+        }
+        for (; k < n; ++k, ++w0, ++w1, ++w2, ++w3) {
+            const int32_t x = (int32_t)in[k] + off;
+            a0 += (int32_t)w0[0] * x;
+            a1 += (int32_t)w1[0] * x;
+            a2 += (int32_t)w2[0] * x;
+            a3 += (int32_t)w3[0] * x;
+        }
+        out[o] = (int8_t)gx_requant(a0, &p->q, o);
+        out[o + 1] = (int8_t)gx_requant(a1, &p->q, o + 1);
+        out[o + 2] = (int8_t)gx_requant(a2, &p->q, o + 2);
+        out[o + 3] = (int8_t)gx_requant(a3, &p->q, o + 3);
+    }
+    for (o = n4; o < p->n_out; ++o) {
+        const int8_t *w = p->weights + o * n;
+        int32_t acc = p->q.bias[o];
+        for (k = 0; k < n; ++k) acc += (int32_t)w[k] * ((int32_t)in[k] + off);
+        out[o] = (int8_t)gx_requant(acc, &p->q, o);
+    }
+}
+#undef GX_FC_TAP
+
+/* ------------------------------------------------------------------ convolution */
+
+typedef struct {
+    int c, h, w;                /* input channels, height, width */
+    int oc, oh, ow;             /* output */
+    int kh, kw;                 /* kernel */
+    int sh, sw, dh, dw;         /* strides, dilations */
+    int pad_t, pad_l;           /* top / left padding (bottom / right follow from oh, ow) */
+    int groups;                 /* 1: conv; c: depthwise; any divisor of c and oc */
+    int32_t pad_value;          /* input zero point: there x + input_offset == 0, TFLite's skipped tap */
+    const int8_t *weights;      /* [oc][c / groups][kh][kw] */
+    gx_requant_t q;             /* bias folded: bias + input_offset * sum(w[oc]) */
+} gx_conv_t;
+
+/* Bytes of scratch gx_conv needs: two im2col columns of cg * kh * kw taps each. */
+#define GX_CONV_SCRATCH(cg, kh, kw) (2 * (cg) * (kh) * (kw))
+
+/* im2col of one output pixel of one group into every other byte of col (col[2 t] = tap t, taps in
+ * weight order ic, ky, kx); taps in the padding read pad_value. Pixels whose window lies inside the
+ * image (all but the border) copy without bounds checks. */
+GX_INLINE void gx_im2col(const gx_conv_t *p, const int8_t *restrict xg, int cg, int pix,
+                             int8_t *restrict col)
+{
+    const int oy = pix / p->ow, ox = pix - oy * p->ow;
+    const int y0 = oy * p->sh - p->pad_t, x0 = ox * p->sw - p->pad_l;
+    const int hw = p->h * p->w;
+    const int8_t pad = (int8_t)p->pad_value;
+    int ic, ky, kx;
+    if (y0 >= 0 && x0 >= 0 && y0 + (p->kh - 1) * p->dh < p->h && x0 + (p->kw - 1) * p->dw < p->w) {
+        const int8_t *src = xg + y0 * p->w + x0;
+        if (p->kh == 1 && p->kw == 1) {                      /* 1x1: a strided gather of channels */
+            for (ic = 0; ic < cg; ++ic, src += hw, col += 2) col[0] = src[0];
+            return;
+        }
+        for (ic = 0; ic < cg; ++ic, src += hw)
+            for (ky = 0; ky < p->kh; ++ky) {
+                const int8_t *row = src + ky * p->dh * p->w;
+                for (kx = 0; kx < p->kw; ++kx, col += 2) col[0] = row[kx * p->dw];
+            }
+        return;
+    }
+    {   /* border pixel: the taps inside the image are kx0 <= kx < kx1, ky0 <= ky < ky1 */
+        int kx0 = x0 < 0 ? (p->dw - 1 - x0) / p->dw : 0, ky0 = y0 < 0 ? (p->dh - 1 - y0) / p->dh : 0;
+        int kx1 = p->kw, ky1 = p->kh;
+        if (x0 + (p->kw - 1) * p->dw >= p->w) kx1 = p->w > x0 ? (p->w - x0 + p->dw - 1) / p->dw : 0;
+        if (y0 + (p->kh - 1) * p->dh >= p->h) ky1 = p->h > y0 ? (p->h - y0 + p->dh - 1) / p->dh : 0;
+        if (kx0 > p->kw) kx0 = p->kw;
+        if (kx1 < kx0) kx1 = kx0;
+        for (ic = 0; ic < cg; ++ic)
+            for (ky = 0; ky < p->kh; ++ky) {
+                int at;                                   /* index of tap kx in the channel */
+                if (ky < ky0 || ky >= ky1) {
+                    for (kx = 0; kx < p->kw; ++kx, col += 2) col[0] = pad;
+                    continue;
+                }
+                for (kx = 0; kx < kx0; ++kx, col += 2) col[0] = pad;
+                at = ic * hw + (y0 + ky * p->dh) * p->w + x0 + kx * p->dw;
+                for (; kx < kx1; ++kx, col += 2, at += p->dw) col[0] = xg[at];
+                for (; kx < p->kw; ++kx, col += 2) col[0] = pad;
+            }
+    }
+}
+
+/* Output channels per register block: 4 (8 accumulators) for 32-register cores (RISC-V: ESP32-C3/C6);
+ * 2 where they would spill. */
+#ifndef GX_CONV_ROWS
+#define GX_CONV_ROWS 4
+#endif
+
+/* One tap j of the 4x2 block: 4 weights x 2 pixels, 8 multiply-adds. */
+#define GX_TAP4X2(j)                                                             \
+    do {                                                                         \
+        const int32_t x0_ = xc[2 * (j)], x1_ = xc[2 * (j) + 1];                  \
+        int32_t t_;                                                              \
+        t_ = w0[j]; a00 += t_ * x0_; a01 += t_ * x1_;                            \
+        t_ = w1[j]; a10 += t_ * x0_; a11 += t_ * x1_;                            \
+        t_ = w2[j]; a20 += t_ * x0_; a21 += t_ * x1_;                            \
+        t_ = w3[j]; a30 += t_ * x0_; a31 += t_ * x1_;                            \
+    } while (0)
+
+/* Output channels oc0 .. oc0 + n - 1 at two pixels whose interleaved im2col columns are in col
+ * (K taps): blocks of 4 channels x 2 pixels accumulate in 8 registers, 2 taps per loop turn (4 spill
+ * registers on rv32); each
+ * weight is loaded once per pixel pair. o points at out[oc0][pixel 0]; two == 0 stores pixel 0 only. */
+GX_INLINE void gx_conv_cols(const gx_conv_t *p, int oc0, int n, int K, const int8_t *restrict col,
+                                int8_t *restrict o, int ohw, int two)
+{
+    const gx_requant_t *q = &p->q;
+    int r = 0, k;
+    for (; GX_CONV_ROWS == 4 && r + 4 <= n; r += 4, o += 4 * ohw) {
+        const int c = oc0 + r;
+        const int8_t *w0 = p->weights + c * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+        const int8_t *xc = col;
+        int32_t a00 = q->bias[c], a10 = q->bias[c + 1], a20 = q->bias[c + 2], a30 = q->bias[c + 3];
+        int32_t a01 = a00, a11 = a10, a21 = a20, a31 = a30;
+        for (k = K >> 1; k; --k, w0 += 2, w1 += 2, w2 += 2, w3 += 2, xc += 4) {
+            GX_TAP4X2(0); GX_TAP4X2(1);
+        }
+        if (K & 1) GX_TAP4X2(0);
+        o[0] = (int8_t)gx_requant(a00, q, c);
+        o[ohw] = (int8_t)gx_requant(a10, q, c + 1);
+        o[2 * ohw] = (int8_t)gx_requant(a20, q, c + 2);
+        o[3 * ohw] = (int8_t)gx_requant(a30, q, c + 3);
+        if (two) {
+            o[1] = (int8_t)gx_requant(a01, q, c);
+            o[ohw + 1] = (int8_t)gx_requant(a11, q, c + 1);
+            o[2 * ohw + 1] = (int8_t)gx_requant(a21, q, c + 2);
+            o[3 * ohw + 1] = (int8_t)gx_requant(a31, q, c + 3);
+        }
+    }
+    for (; r + 2 <= n; r += 2, o += 2 * ohw) {                /* 2 channels x 2 pixels */
+        const int c = oc0 + r;
+        const int8_t *w0 = p->weights + c * K, *w1 = w0 + K, *xc = col;
+        int32_t a00 = q->bias[c], a10 = q->bias[c + 1], a01 = a00, a11 = a10;
+        for (k = K; k; --k, ++w0, ++w1, xc += 2) {
+            const int32_t x0 = xc[0], x1 = xc[1], t0 = *w0, t1 = *w1;
+            a00 += t0 * x0; a01 += t0 * x1;
+            a10 += t1 * x0; a11 += t1 * x1;
+        }
+        o[0] = (int8_t)gx_requant(a00, q, c);
+        o[ohw] = (int8_t)gx_requant(a10, q, c + 1);
+        if (two) {
+            o[1] = (int8_t)gx_requant(a01, q, c);
+            o[ohw + 1] = (int8_t)gx_requant(a11, q, c + 1);
+        }
+    }
+    if (r < n) {                                              /* the last odd channel */
+        const int c = oc0 + r;
+        const int8_t *w = p->weights + c * K, *xc = col;
+        int32_t a0 = q->bias[c], a1 = a0;
+        for (k = K; k; --k, ++w, xc += 2) {
+            const int32_t t = *w;
+            a0 += t * xc[0];
+            a1 += t * xc[1];
+        }
+        o[0] = (int8_t)gx_requant(a0, q, c);
+        if (two) o[1] = (int8_t)gx_requant(a1, q, c);
+    }
+}
+#undef GX_TAP4X2
+
+/* Conv / depthwise / grouped conv, NCHW, as a matrix product: per group and pair of output pixels,
+ * im2col both pixels into scratch (GX_CONV_SCRATCH bytes, interleaved), then every output channel of
+ * the group from those two columns. acc = folded bias + sum(w * x) over every tap, a tap in the
+ * padding reading pad_value (x + input_offset == 0 there, TFLite's skipped tap). */
+GX_INLINE void gx_conv(const gx_conv_t *p, const int8_t *restrict in, int8_t *restrict out,
+                           int8_t *restrict scratch)
+{
+    const int cg = p->c / p->groups, ocg = p->oc / p->groups, K = cg * p->kh * p->kw;
+    const int ohw = p->oh * p->ow;
+    int g, pix;
+    for (g = 0; g < p->groups; ++g) {
+        const int8_t *xg = in + g * cg * p->h * p->w;
+        int8_t *og = out + g * ocg * ohw;
+        for (pix = 0; pix < ohw; pix += 2) {
+            const int two = pix + 1 < ohw;
+            gx_im2col(p, xg, cg, pix, scratch);
+            gx_im2col(p, xg, cg, two ? pix + 1 : pix, scratch + 1);
+            gx_conv_cols(p, g * ocg, ocg, K, scratch, og + pix, ohw, two);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ add */
+
+typedef struct {
+    int n;                      /* elements */
+    int32_t in1_offset, in2_offset, left_shift;
+    int32_t in1_mult, in2_mult, out_mult;
+    int in1_shift, in2_shift, out_shift;
+    int32_t out_offset, act_min, act_max;
+} gx_add_t;
+
+/* ADD int8 (TFLM add_common.cc): both inputs << left_shift, rescaled to a common scale, summed, rescaled. */
+GX_INLINE void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t *restrict b,
+                          int8_t *restrict out)
+{
+    int k;
+    for (k = 0; k < p->n; ++k) {
+        const int32_t x1 = (int32_t)((uint32_t)((int32_t)a[k] + p->in1_offset) << p->left_shift);
+        const int32_t x2 = (int32_t)((uint32_t)((int32_t)b[k] + p->in2_offset) << p->left_shift);
+        const int32_t s = gx_mbqm(x1, p->in1_mult, p->in1_shift) + gx_mbqm(x2, p->in2_mult, p->in2_shift);
+        out[k] = (int8_t)gx_clamp(gx_mbqm(s, p->out_mult, p->out_shift) + p->out_offset, p->act_min, p->act_max);
+    }
+}
+
+/* ------------------------------------------------------------------ elementwise table */
+
+/* out[k] = table[in[k] + 128]: tanh, sigmoid, relu, clip or a requantization as 256 entries. */
+GX_INLINE void gx_lut(const int8_t *table, int n, const int8_t *restrict in, int8_t *restrict out)
+{
+    int k;
+    for (k = 0; k < n; ++k) out[k] = table[(int32_t)in[k] + 128];
+}
+
+/* ------------------------------------------------------------------ pooling */
+
+enum { GX_POOL_MAX = 0, GX_POOL_AVG_ROUND = 1, GX_POOL_MEAN = 2 };
+
+typedef struct {
+    int c, h, w, oh, ow;
+    int kh, kw, sh, sw, pad_t, pad_l;
+    int mode;                   /* GX_POOL_MAX | GX_POOL_AVG_ROUND (AVERAGE_POOL_2D) | GX_POOL_MEAN (MEAN) */
+    int32_t mean_mult;          /* GX_POOL_MEAN: 1/count folded in */
+    int mean_shift;
+    int32_t mean_sub;           /* GX_POOL_MEAN: input zero point * count */
+    int32_t out_offset;         /* GX_POOL_MEAN */
+    int32_t act_min, act_max;
+} gx_pool_t;
+
+/* Taps in the padding are skipped (max: ignored; average: not counted). */
+GX_INLINE void gx_pool(const gx_pool_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    int c, oy, ox, y, x;
+    for (c = 0; c < p->c; ++c) {
+        const int8_t *xc = in + c * p->h * p->w;
+        for (oy = 0; oy < p->oh; ++oy) {
+            const int iy0 = oy * p->sh - p->pad_t;
+            const int y0 = iy0 < 0 ? 0 : iy0;
+            const int y1 = iy0 + p->kh > p->h ? p->h : iy0 + p->kh;
+            for (ox = 0; ox < p->ow; ++ox) {
+                const int ix0 = ox * p->sw - p->pad_l;
+                const int x0 = ix0 < 0 ? 0 : ix0;
+                const int x1 = ix0 + p->kw > p->w ? p->w : ix0 + p->kw;
+                int32_t acc = p->mode == GX_POOL_MAX ? -129 : 0, v;
+                for (y = y0; y < y1; ++y)
+                    for (x = x0; x < x1; ++x) {
+                        const int32_t q = xc[y * p->w + x];
+                        if (p->mode == GX_POOL_MAX) {
+                            if (q > acc) acc = q;
+                        } else {
+                            acc += q;
+                        }
+                    }
+                if (p->mode == GX_POOL_MAX) {
+                    v = acc;
+                } else if (p->mode == GX_POOL_AVG_ROUND) {
+                    const int32_t n = (int32_t)((y1 - y0) * (x1 - x0));
+                    v = acc > 0 ? (acc + n / 2) / n : (acc - n / 2) / n;
+                } else {
+                    v = gx_mbqm(acc - p->mean_sub, p->mean_mult, p->mean_shift) + p->out_offset;
+                }
+                out[(c * p->oh + oy) * p->ow + ox] = (int8_t)gx_clamp(v, p->act_min, p->act_max);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ argmax */
+
+/* ARG_MAX over n int8 values; ties go to the first index. */
+GX_INLINE void gx_argmax(int n, const int8_t *restrict in, int8_t *restrict out)
+{
+    int k, best = 0;
+    for (k = 1; k < n; ++k) if (in[k] > in[best]) best = k;
+    out[0] = (int8_t)best;
+}
+
+/* ------------------------------------------------------------------ softmax (TFLite int8) */
+
+typedef struct {
+    int rows, n;                /* softmax over the last axis of rows x n */
+    int32_t diff_min, input_mult;
+    int input_left_shift;
+    int tflite_output;          /* 1: output scale 1/256, zero point -128; 0: requantize with out_* */
+    int32_t out_mult;
+    int out_shift;
+    int32_t out_offset;
+} gx_softmax_t;
+
+/* gemmlowp exp_on_negative_values, Q5.26 -> Q0.31. */
+GX_INLINE int32_t gx_sm_exp(int32_t a)
+{
+    const int32_t a_mod = (a & ((1 << 24) - 1)) - (1 << 24);
+    const int32_t x = (int32_t)((uint32_t)a_mod << 5) + (1 << 28);
+    const int32_t x2 = gx_srdhm(x, x), x3 = gx_srdhm(x2, x), x4 = gx_srdhm(x2, x2);
+    const int32_t poly = gx_rdbpot(gx_srdhm(gx_rdbpot(x4, 2) + x3, 715827883) + x2, 1);
+    const int32_t rem = a_mod - a;
+    int32_t r = 1895147668 + gx_srdhm(1895147668, x + poly);
+    if (rem & (1 << 24)) r = gx_srdhm(r, 1672461947);
+    if (rem & (1 << 25)) r = gx_srdhm(r, 1302514674);
+    if (rem & (1 << 26)) r = gx_srdhm(r, 790015084);
+    if (rem & (1 << 27)) r = gx_srdhm(r, 290630308);
+    if (rem & (1 << 28)) r = gx_srdhm(r, 39332535);
+    if (rem & (1 << 29)) r = gx_srdhm(r, 720401);
+    if (rem & (1 << 30)) r = gx_srdhm(r, 242);
+    return a == 0 ? INT32_MAX : r;
+}
+
+/* Saturating x * 2^e. */
+GX_INLINE int32_t gx_sm_shl(int32_t x, int e)
+{
+    const int32_t thr = (int32_t)(((int64_t)1 << (31 - e)) - 1);
+    if (x > thr) return INT32_MAX;
+    if (x < -thr) return INT32_MIN;
+    return (int32_t)((uint32_t)x << e);
+}
+
+/* TFLite GetReciprocal with 12 integer bits. */
+GX_INLINE int32_t gx_sm_recip(int32_t sum, int *bits_over_unit)
+{
+    int clz = 0, i;
+    int64_t s;
+    int32_t half, x;
+    uint32_t u = (uint32_t)sum;
+    while (clz < 32 && !(u & 0x80000000u)) { u <<= 1; ++clz; }
+    *bits_over_unit = 12 - clz;
+    s = (int64_t)(int32_t)(((uint32_t)sum << clz) - 0x80000000u) + INT32_MAX;
+    half = (int32_t)((s + (s >= 0 ? 1 : -1)) / 2);
+    x = 1515870810 + gx_srdhm(half, -1010580540);
+    for (i = 0; i < 3; ++i)
+        x = x + gx_sm_shl(gx_srdhm(x, (1 << 29) - gx_srdhm(half, x)), 2);
+    return gx_sm_shl(x, 1);
+}
+
+GX_INLINE int32_t gx_sm_e(const gx_softmax_t *p, int32_t d)
+{
+    return d >= p->diff_min ? gx_sm_exp(gx_srdhm((int32_t)((uint32_t)d << p->input_left_shift), p->input_mult)) : 0;
+}
+
+/* SOFTMAX int8 (TFLite reference_integer_ops softmax); exp values are recomputed in the last pass,
+ * so no scratch buffer is needed. */
+GX_INLINE void gx_softmax(const gx_softmax_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    int r, c, bits;
+    for (r = 0; r < p->rows; ++r) {
+        const int8_t *x = in + r * p->n;
+        int8_t *o = out + r * p->n;
+        int32_t mx = -128, sum = 0, recip, v;
+        for (c = 0; c < p->n; ++c) if (x[c] > mx) mx = x[c];
+        for (c = 0; c < p->n; ++c) sum += gx_rdbpot(gx_sm_e(p, (int32_t)x[c] - mx), 12);
+        recip = gx_sm_recip(sum, &bits);
+        for (c = 0; c < p->n; ++c) {
+            const int32_t d = (int32_t)x[c] - mx;
+            const int32_t e = gx_sm_e(p, d);
+            if (d < p->diff_min) { o[c] = -128; continue; }
+            if (p->tflite_output)
+                v = gx_rdbpot(gx_srdhm(recip, e), bits + 23) - 128;
+            else
+                v = gx_mbqm(gx_rdbpot(gx_srdhm(recip, e), bits + 15), p->out_mult, p->out_shift) + p->out_offset;
+            o[c] = (int8_t)gx_clamp(v, -128, 127);
+        }
+    }
+}
+
+#endif /* GX_KERNELS_H */

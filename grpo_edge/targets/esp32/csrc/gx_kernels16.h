@@ -1,0 +1,111 @@
+/* gx_kernels16.h: 16x8 kernels of grpo-edge's ESP32 models (int16 activations, zero point 0; int8
+ * weights), TFLite Micro's int16 rules bit for bit. Copied unchanged next to a generated 16x8 model.
+ * Uses the fixed-point helpers and gx_requant_t of gx_kernels.h.
+ */
+#ifndef GX_KERNELS16_H
+#define GX_KERNELS16_H
+
+#include <stdint.h>
+#include "gx_kernels.h"
+
+/* ------------------------------------------------------------------ fully connected, 16x8 */
+
+typedef struct {
+    int n_in, n_out;
+    const int8_t *weights;      /* [n_out][n_in] */
+    gx_requant_t q;             /* int32 bias, out_offset 0, act range within int16 */
+} gx_fc16_t;
+
+/* Tap k + j of 4 rows (one input, 4 weights, 4 multiply-adds); 2 taps per loop turn (4 spill on rv32). */
+#define GX_FC_TAP(j)                                                             \
+    do {                                                                         \
+        const int32_t x_ = in[k + (j)];                                      \
+        a0 += (int32_t)w0[j] * x_;                                               \
+        a1 += (int32_t)w1[j] * x_;                                               \
+        a2 += (int32_t)w2[j] * x_;                                               \
+        a3 += (int32_t)w3[j] * x_;                                               \
+    } while (0)
+
+/* out[o] = requant(bias[o] + sum_k w[o][k] * in[k]): int16 x int8 into an int32 accumulator that
+ * the generator proved cannot overflow (TFLM: an int32 bias selects the int32 accumulator).
+ * 4 rows at a time (each input loaded once per 4 multiply-adds), then the rest one by one. */
+GX_INLINE void gx_fc16(const gx_fc16_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    const int n = p->n_in;
+    const int n4 = p->n_out & ~3;
+    int o, k;
+    for (o = 0; o < n4; o += 4) {
+        const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
+        int32_t a0 = p->q.bias[o], a1 = p->q.bias[o + 1], a2 = p->q.bias[o + 2], a3 = p->q.bias[o + 3];
+        for (k = 0; k + 2 <= n; k += 2, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {
+            GX_FC_TAP(0); GX_FC_TAP(1);
+        }
+        for (; k < n; ++k, ++w0, ++w1, ++w2, ++w3) {
+            const int32_t x = in[k];
+            a0 += (int32_t)w0[0] * x;
+            a1 += (int32_t)w1[0] * x;
+            a2 += (int32_t)w2[0] * x;
+            a3 += (int32_t)w3[0] * x;
+        }
+        out[o] = (int16_t)gx_requant(a0, &p->q, o);
+        out[o + 1] = (int16_t)gx_requant(a1, &p->q, o + 1);
+        out[o + 2] = (int16_t)gx_requant(a2, &p->q, o + 2);
+        out[o + 3] = (int16_t)gx_requant(a3, &p->q, o + 3);
+    }
+    for (o = n4; o < p->n_out; ++o) {
+        const int8_t *w = p->weights + o * n;
+        int32_t acc = p->q.bias[o];
+        for (k = 0; k < n; ++k) acc += (int32_t)w[k] * (int32_t)in[k];
+        out[o] = (int16_t)gx_requant(acc, &p->q, o);
+    }
+}
+#undef GX_FC_TAP
+
+/* ------------------------------------------------------------------ tanh, int16 */
+
+typedef struct {
+    int n;
+    int32_t mult;               /* input rescale to 1/(3*4096) per LSB: v = (x * mult + round) >> left_shift */
+    int left_shift;
+    int wide;                   /* 1: 32768 * mult may overflow int32: rescale in int64, clamp to +-65535 */
+    const uint16_t *table;      /* TFLite's sigmoid_table_uint16 (256 entries) */
+} gx_tanh16_t;
+
+/* TFLM's int16 tanh (reference/integer_ops/tanh.h): sigmoid(2y) from the table with linear
+ * interpolation, out = 2 s - 1 at scale 2^-15. |v| >= 65280 reads the saturated end either way. */
+GX_INLINE void gx_tanh16(const gx_tanh16_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    const int32_t rnd = p->left_shift > 0 ? ((int32_t)1 << (p->left_shift - 1)) : 0;
+    int k;
+    for (k = 0; k < p->n; ++k) {
+        int32_t v, a, uh, r;
+        if (p->wide) {
+            const int64_t v64 = ((int64_t)in[k] * p->mult + rnd) >> p->left_shift;
+            v = v64 > 65535 ? 65535 : (v64 < -65535 ? -65535 : (int32_t)v64);
+        } else {
+            v = ((int32_t)in[k] * p->mult + rnd) >> p->left_shift;
+        }
+        a = v < 0 ? -v : v;
+        uh = a >> 8;
+        if (uh >= 255) {
+            r = 0xFFFF << 8;
+        } else {
+            const int32_t ua = p->table[uh], ub = p->table[uh + 1];
+            r = (ua << 8) + (a & 0xFF) * (ub - ua);
+        }
+        r = v >= 0 ? r - (1 << 23) + (1 << 7) : -r + (1 << 23) + (1 << 7) - 1;
+        out[k] = (int16_t)(r >> 8);
+    }
+}
+
+/* ------------------------------------------------------------------ argmax over int16 */
+
+/* First index of the maximum of n int16 values, stored as int8. */
+GX_INLINE void gx_argmax16(int n, const int16_t *restrict in, int8_t *restrict out)
+{
+    int k, best = 0;
+    for (k = 1; k < n; ++k) if (in[k] > in[best]) best = k;
+    out[0] = (int8_t)best;
+}
+
+#endif /* GX_KERNELS16_H */
