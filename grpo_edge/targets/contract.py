@@ -225,6 +225,8 @@ def _relocate_report(report, old: str, new: str) -> None:
 
 def _reason(e: OSError) -> str:
     import errno
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+        return " ".join(str(e.args[0][0][-1]).split())     # copytree: the first file's reason
     what = {errno.ENOSPC: "disk full", errno.EROFS: "read-only file system",
             errno.EEXIST: "a path component is a file"}.get(e.errno)
     return "%s (%s)" % (what, e.strerror) if what else str(e.strerror or e)
@@ -273,8 +275,9 @@ def deploy_into_folder(build, target, checkpoint=None, onnx=None, out_dir="deplo
                 msg = msg.replace(old + os.sep, "")
             raise type(e)(msg.replace(old, new)) from None
         except OSError as e:                      # disk full, read-only, permissions: name the folder, one line
-            raise TargetError("cannot write the deploy folder %s: %s; nothing was published"
-                              % (out, _reason(e))) from None
+            reason = "disk full (No space left on device)" if _disk_full(stage) else _reason(e)
+            raise TargetError("cannot write the deploy folder %s: %s; nothing was published" % (out, reason)) \
+                from None
         except Exception:
             if _disk_full(stage):                 # some writers (torch, onnx) wrap ENOSPC in their own errors
                 raise TargetError("cannot write the deploy folder %s: disk full; nothing was published" % out) \
