@@ -14,7 +14,7 @@ import sys
 def agreement(path, n_eval=1000, n_calib=512):
     import numpy as np
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.export.calibration import task_from_state
+    from grpo_edge.tasks import task_from_state
     from grpo_edge.targets.esp32.text_ref import run_prompts
     from grpo_edge.targets.esp32.textir import checkpoint2textir, textir2int
     model, state = load_policy(path)

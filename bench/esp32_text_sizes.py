@@ -4,7 +4,8 @@ For each shape (d_model, n_layer, n_head) an untrained micro-gpt on the arithmet
 do not depend on the weights' values) goes through the ESP32 text path: integer model, rv32imc build,
 exact instructions for the prefill and per decode token in unicorn, then text_deploy.answer_time for
 ESP32-S3 (flash) and ESP32-C3, the same model deploy reports use. Answers are taken as 3 decode tokens
-(two digits + EOS, the recipe's typical answer). Models over the chip's flash are reported as such.
+(two digits + EOS, the recipe's typical answer). Shapes that deploy would refuse (over the 1.5 MB app
+partition of the firmware's single-app partition table) are still measured and flagged.
 
     PYTHONPATH=$PWD python bench/esp32_text_sizes.py [--shapes 64x2x2,128x4x4,...] [--json out.json]
 """
@@ -31,9 +32,8 @@ def measure(d, L, H, decode_tokens=3):
     row = {"d_model": d, "n_layer": L, "n_head": H, "params": sum(p.numel() for p in m.parameters())}
     try:
         fit_check(None, load_profile("esp32s3"), ir)
-    except TargetError as e:
+    except TargetError as e:               # still measured: the limit is the 1.5 MB app partition, not the chip
         row["does_not_fit"] = str(e)
-        return row
     q = textir.textir2int(ir, [p for p, _ in task.train_problems[:32]])
     ids = textir.encode_prompts(q["cfg"], ["12+34="])[0]
     with tempfile.TemporaryDirectory() as work:
@@ -62,8 +62,8 @@ def main(argv=None):
         r = measure(d, L, H)
         rows.append(r)
         if "does_not_fit" in r:
-            print("d%d L%d H%d: does not fit: %s" % (d, L, H, r["does_not_fit"]), flush=True)
-        else:
+            print("d%d L%d H%d: deploy would refuse it: %s" % (d, L, H, r["does_not_fit"]), flush=True)
+        if True:
             print("d%(d_model)d L%(n_layer)d H%(n_head)d params %(params)d weights %(weights_bytes)d B prefill "
                   "%(rv32_prefill)d decode %(rv32_decode_token)d instr; ESTIMATE S3 %(esp32s3_answer_ms)s ms "
                   "(%(esp32s3_bound)s-bound), C3 %(esp32c3_answer_ms)s ms" % r, flush=True)

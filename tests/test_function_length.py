@@ -13,10 +13,6 @@ PACKAGE = ROOT / "grpo_edge"
 # "path relative to the repository::qualified name" -> why it may stay longer for now. Clear an entry when
 # its function is split; the test fails on an entry that no longer needs to be here.
 ALLOWED = {
-    "grpo_edge/targets/esp32/text_deploy.py::deploy_text": "owned by the esp32-text work in progress; to be "
-                                                          "split into stages like targets/esp32/deploy.py",
-    "grpo_edge/targets/esp32/textgen_c.py::generate_c": "owned by the esp32-text work in progress; to be split "
-                                                       "like the C kernels header work (issue 12, point 6)",
 }
 
 

@@ -15,5 +15,7 @@ from .deploy import deploy, onnx2c  # noqa: E402  (numpy at import; onnx/onnxrun
 from .deploy import DEFAULTS as _DEFAULTS  # noqa: E402
 from grpo_edge.targets.esp32_pipeline import OPTIONS as _PIPELINE_OPTIONS  # noqa: E402
 
-OPTIONS = tuple(_DEFAULTS) + _PIPELINE_OPTIONS     # what `deploy --option` takes (checked by targets.contract)
+from .text_deploy import DEFAULTS as _TEXT_DEFAULTS  # noqa: E402  (text checkpoints: text_deploy.py)
+
+OPTIONS = tuple(_DEFAULTS) + _PIPELINE_OPTIONS + tuple(k for k in _TEXT_DEFAULTS if k not in _DEFAULTS)  # `--option` keys
 __all__ = ["deploy", "onnx2c", "reference", "OPTIONS"]

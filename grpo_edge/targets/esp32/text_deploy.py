@@ -135,8 +135,7 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
     from grpo_edge.core.checkpoint import load_policy
     from grpo_edge.tasks import task_from_state
     from grpo_edge.targets.profiles import load_profile
-    from . import textgen_c, textsim, rv32
-    from .text_ref import run_prompts
+    from . import textgen_c, textsim
     from .textir import checkpoint2textir, textir2int, weight_bytes
 
     opts = dict(DEFAULTS)
@@ -175,21 +174,8 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
             "and activation buffers")
 
     # held-out prompts: fp32 torch vs integer reference
-    problems = task.test_problems[:int(opts["n_eval"])]
-    prompts, refs = [p for p, _ in problems], [r for _, r in problems]
-    fp32 = task.greedy_completions(model, prompts)
-    ref = run_prompts(q, prompts)
-    ints = [r["answer"] for r in ref]
-    agree = float(np.mean([a == b for a, b in zip(fp32, ints)]))
-    em_fp = float(np.mean([a == b for a, b in zip(fp32, refs)]))
-    em_int = float(np.mean([a == b for a, b in zip(ints, refs)]))
+    prompts, ints = _agreement_stage(rep, task, model, q, int(opts["n_eval"]))
     n = len(prompts)
-    rep.add("completions_identical_to_fp32", agree, "fraction", "measured-host",
-            "integer reference (the C's arithmetic) vs the fp32 torch checkpoint, greedy, %d held-out prompts" % n)
-    rep.add("exact_match_fp32", em_fp, "fraction", "measured-host", "torch checkpoint, greedy, %d held-out prompts" % n)
-    rep.add("exact_match_int", em_int, "fraction", "measured-host", "integer reference, same prompts")
-    rep.sections["examples"] = [{"prompt": p, "fp32": a, "int": b, "reference": r}
-                                for p, a, b, r in list(zip(prompts, fp32, ints, refs))[:5]]
 
     # generated C: host bit-exactness (and sanitizers)
     host = textsim.host_check(q, prefix, prompts, opts=tuple(opts["host_opts"]), sanitize=opts["sanitize"])
@@ -210,6 +196,25 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
         rep.sections["generated"] = {k: str(v) for k, v in files.items() if k != "arena"}
 
     # rv32 (ESP32-C3 ISA) in unicorn: bit-exact, instructions per prefill and per decode token
+    _rv32_stage(rep, q, prefix, prompts, prof, opts, fit["arena_bytes"])
+    if opts["tflm"] and q["arch"] == "micro-gpt":
+        from . import text_tflm
+        if text_tflm.available():
+            rep.sections["tflm_baseline"] = text_tflm.baseline(q, out)
+        else:
+            rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
+    rep.sections["timing_host_s"] = round(time.time() - t0, 1)
+    atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
+    rep.write(out)
+    return rep
+
+
+def _rv32_stage(rep, q, prefix, prompts, prof, opts, arena):
+    """rv32 build in unicorn (bit-exact, exact counts), then the S3 / C3 time-per-answer ESTIMATES."""
+    from grpo_edge.targets.profiles import load_profile
+    from . import rv32, textsim
+    from .textir import weight_bytes
+    c = q["cfg"]
     wb = weight_bytes(q)
     if opts["rv32"] and rv32.available():
         r = textsim.rv32_check(q, prefix, prompts[:int(opts["n_rv32"])])
@@ -224,8 +229,8 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
                 "exact count per decode step (mean over %d steps)" % r["instructions_per_decode_token"]["n"])
         flash = r["sections"]["text"] + r["sections"]["rodata"] + r["sections"]["data"]
         rep.add("flash_bytes", flash, "B", "measured-host", "rv32imc -O2 ELF: .text + .rodata + .data of the model")
-        rep.add("ram_bytes", fit["arena_bytes"] + r["stack_bytes"], "B", "measured-host",
-                "arena %d + measured rv32 stack %d" % (fit["arena_bytes"], r["stack_bytes"]))
+        rep.add("ram_bytes", arena + r["stack_bytes"], "B", "measured-host",
+                "arena %d + measured rv32 stack %d" % (arena, r["stack_bytes"]))
         n_dec = r["decode_tokens_per_answer"]
         est = {}
         for tname in ESTIMATE_TARGETS:
@@ -255,13 +260,24 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
                                 "met" if e["answer_s"] < opts["goal_s"] else "NOT met"))
     elif opts["rv32"]:
         rep.notes.append("rv32 simulation skipped: %s" % rv32.missing_reason())
-    if opts["tflm"] and q["arch"] == "micro-gpt":
-        from . import text_tflm
-        if text_tflm.available():
-            rep.sections["tflm_baseline"] = text_tflm.baseline(q, out)
-        else:
-            rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
-    rep.sections["timing_host_s"] = round(time.time() - t0, 1)
-    atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
-    rep.write(out)
-    return rep
+
+
+def _agreement_stage(rep, task, model, q, n_eval):
+    """Greedy completions of the held-out prompts: fp32 torch vs the integer reference. -> (prompts, answers)."""
+    from .text_ref import run_prompts
+    problems = task.test_problems[:n_eval]
+    prompts, refs = [p for p, _ in problems], [r for _, r in problems]
+    fp32 = task.greedy_completions(model, prompts)
+    ref = run_prompts(q, prompts)
+    ints = [r["answer"] for r in ref]
+    agree = float(np.mean([a == b for a, b in zip(fp32, ints)]))
+    em_fp = float(np.mean([a == b for a, b in zip(fp32, refs)]))
+    em_int = float(np.mean([a == b for a, b in zip(ints, refs)]))
+    n = len(prompts)
+    rep.add("completions_identical_to_fp32", agree, "fraction", "measured-host",
+            "integer reference (the C's arithmetic) vs the fp32 torch checkpoint, greedy, %d held-out prompts" % n)
+    rep.add("exact_match_fp32", em_fp, "fraction", "measured-host", "torch checkpoint, greedy, %d held-out prompts" % n)
+    rep.add("exact_match_int", em_int, "fraction", "measured-host", "integer reference, same prompts")
+    rep.sections["examples"] = [{"prompt": p, "fp32": a, "int": b, "reference": r}
+                                for p, a, b, r in list(zip(prompts, fp32, ints, refs))[:5]]
+    return prompts, ints
