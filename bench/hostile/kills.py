@@ -46,7 +46,7 @@ def _killed(ctx, argv, at):
     return p.returncode
 
 
-def kill_trials(code, root, runs, seed, timeout):
+def kill_trials(code, root, runs, seed, timeout, modes=("training", "online")):
     rng = random.Random(seed)
     work = Path(root) / "kills"
     work.mkdir(parents=True, exist_ok=True)
@@ -54,16 +54,16 @@ def kill_trials(code, root, runs, seed, timeout):
     res = {}
     # reference runs, timed, to place the kills inside them
     t0 = time.time()
-    r = ctx.cli(TRAIN + ["--save-dir", "ref_train"])
+    r = ctx.cli(TRAIN + ["--save-dir", "ref_train"]) if "training" in modes else None
     t_train = time.time() - t0
     t0 = time.time()
-    r2 = ctx.online(ONLINE + ["--save-dir", "ref_online"])
+    r2 = ctx.online(ONLINE + ["--save-dir", "ref_online"]) if "online" in modes else None
     t_online = time.time() - t0
-    if r.rc != 0 or r2.rc != 0:
-        raise SystemExit("kill trials: reference runs failed: %s %s" % (r.err[-500:], r2.err[-500:]))
+    if (r is not None and r.rc != 0) or (r2 is not None and r2.rc != 0):
+        raise SystemExit("kill trials: reference runs failed: %s %s" % (r and r.err[-500:], r2 and r2.err[-500:]))
     cli = [sys.executable, "-m", "grpo_edge.cli.main"]
     k = {"runs": 0, "corrupt": 0, "steps_lost": 0, "identical": 0, "details": []}
-    for i in range(runs):
+    for i in range(runs if "training" in modes else 0):
         d = "train_%d" % i
         at = rng.uniform(0.3, 1.0) * t_train
         rc = _killed(ctx, cli + TRAIN + ["--save-dir", d], at)
@@ -83,9 +83,10 @@ def kill_trials(code, root, runs, seed, timeout):
         k["identical"] += int(same)
         k["details"].append({"kill_at_s": round(at, 2), "rc": rc, "steps_done": done, "saved_step": saved,
                              "corrupt": corrupt, "identical": same})
-    res["training"] = k
+    if "training" in modes:
+        res["training"] = k
     k = {"runs": 0, "corrupt": 0, "steps_lost": 0, "identical": 0, "details": []}
-    for i in range(runs):
+    for i in range(runs if "online" in modes else 0):
         d = "online_%d" % i
         at = rng.uniform(0.3, 1.0) * t_online
         rc = _killed(ctx, [sys.executable, "-m", "grpo_edge.online"] + ONLINE + ["--save-dir", d], at)
@@ -106,5 +107,6 @@ def kill_trials(code, root, runs, seed, timeout):
         k["identical"] += int(same)
         k["details"].append({"kill_at_s": round(at, 2), "rc": rc, "updates_done": done, "saved_update": saved,
                              "corrupt": corrupt, "identical": same})
-    res["online"] = k
+    if "online" in modes:
+        res["online"] = k
     return res

@@ -248,6 +248,7 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=240, help="seconds per command")
     p.add_argument("--kills", type=int, default=0, help="kill -9 trials per mode (training, online)")
     p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
+    p.add_argument("--kill-modes", default="training,online", help="which kill -9 trials: training, online")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     p.add_argument("--no-fork", action="store_true", help="a fresh interpreter per command (slower)")
@@ -278,7 +279,7 @@ def main(argv=None):
     kills = None
     if a.kills:
         from kills import kill_trials
-        kills = kill_trials(a.code, root, a.kills, a.seed, a.timeout)
+        kills = kill_trials(a.code, root, a.kills, a.seed, a.timeout, tuple(a.kill_modes.split(",")))
     print("\nhostile cases: %d tried, %d clean, %d tracebacks, %d wrong, %d data lost (%.0f s; code %s)"
           % (summary["cases"], summary["clean"], summary["traceback"], summary["wrong"], summary["data lost"],
              time.time() - t0, a.code))
