@@ -15,8 +15,8 @@ def agreement(path, n_eval=1000, n_calib=512):
     import numpy as np
     from grpo_edge.core.checkpoint import load_policy
     from grpo_edge.tasks import task_from_state
-    from grpo_edge.targets.esp32.text_ref import run_prompts
-    from grpo_edge.targets.esp32.textir import checkpoint2textir, textir2int
+    from grpo_edge.targets.esp32.text_model import run_prompts, textir2int
+    from grpo_edge.targets.esp32.textir import checkpoint2textir
     model, state = load_policy(path)
     task = task_from_state(state)
     ir = checkpoint2textir((model, state))

@@ -19,7 +19,7 @@ def measure(d, L, H, decode_tokens=3):
     import torch
     from grpo_edge.core.models import build_model
     from grpo_edge.errors import TargetError
-    from grpo_edge.targets.esp32 import textir, textsim
+    from grpo_edge.targets.esp32 import text_model, textir, textsim
     from grpo_edge.targets.esp32.text_deploy import answer_time, fit_check
     from grpo_edge.targets.profiles import load_profile
     from grpo_edge.tasks import get_task
@@ -34,7 +34,7 @@ def measure(d, L, H, decode_tokens=3):
         fit_check(None, load_profile("esp32s3"), ir)
     except TargetError as e:               # still measured: the limit is the 1.5 MB app partition, not the chip
         row["does_not_fit"] = str(e)
-    q = textir.textir2int(ir, [p for p, _ in task.train_problems[:32]])
+    q = text_model.textir2int(ir, [p for p, _ in task.train_problems[:32]])
     ids = textir.encode_prompts(q["cfg"], ["12+34="])[0]
     with tempfile.TemporaryDirectory() as work:
         elf = textsim.build_rv32(q, "m", work)

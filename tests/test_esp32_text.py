@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from grpo_edge.cli.main import app
 from grpo_edge.errors import TargetError
-from grpo_edge.targets.esp32 import rv32, textfw, textir, textsim
+from grpo_edge.targets.esp32 import rv32, text_model, textfw, textgen_c, textir, textsim
 from grpo_edge.targets.esp32.text_deploy import deploy_text
 
 
@@ -83,7 +83,7 @@ def test_device_side_checks_never_write_out_of_bounds():
         pytest.skip("gcc cannot link -fsanitize=address,undefined here (no libasan): checks run without it elsewhere")
     m, state = _untrained(d_model=16, n_layer=1, n_head=2, max_len=16)
     ir = textir.checkpoint2textir((m, state))
-    q = textir.textir2int(ir, ["1+2=", "3+4="])
+    q = text_model.textir2int(ir, ["1+2=", "3+4="])
     res = textsim.device_checks(q, "m", [("1+2=", 64), ("123456+1=", 64), ("1*2=", 64), ("1+2=", 1), ("1+2=", 2),
                                          ("", 8)])
     assert res[0][0] > 0
@@ -119,7 +119,7 @@ def test_kernels_header_compiles_alone_for_host_and_rv32(tmp_path):
     import subprocess
     src = tmp_path / "k.c"
     src.write_text('#include "gx_text_kernels.h"\nint main(void) { return 0; }\n')
-    inc = str(textsim.textgen_c.KERNELS.parent)
+    inc = str(textgen_c.KERNELS.parent)
     r = subprocess.run([textsim.gcc()] + textsim.CFLAGS + ["-I", inc, "-c", "-o", str(tmp_path / "k.o"), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -162,7 +162,7 @@ def test_tflm_runs_the_shared_ops_bit_exactly_and_names_the_missing_ones(tmp_pat
     if not text_tflm.available():
         pytest.skip("pip tflite-micro is not installed")
     m, state = _untrained(d_model=16, n_layer=1, n_head=2, max_len=16)
-    q = textir.textir2int(textir.checkpoint2textir((m, state)), ["1+2=", "3+4=", "9+9="])
+    q = text_model.textir2int(textir.checkpoint2textir((m, state)), ["1+2=", "3+4=", "9+9="])
     chk = text_tflm.bit_exact_checks(q, tmp_path, n=16)
     assert chk["fully_connected_16x8"]["bit_exact"] and chk["softmax_int16"]["bit_exact"], chk
     sup = text_tflm.op_support(tmp_path)

@@ -296,7 +296,8 @@ def test_online_config_rejects_unknown_keys_and_non_finite_values():
 SAMPLE = ["set training.lr=.nan", "set training.seed=99999999999", "set model.arch=[mlp]",
           "model.arch micro-gpt on cartpole", "checkpoint flip -> eval", "checkpoint config-list -> export",
           "eval --n -1", "online training.lr=NaN"]
-SLOW_SAMPLE = ["user reward 1e300 (inf in float32)", "double Ctrl-C", "online obs NaN", "--data-path 'pairs #2.tsv'"]
+SLOW_SAMPLE = ["user reward 1e300 (inf in float32)", "double Ctrl-C", "online obs NaN", "online env with NaN rewards",
+               "--data-path 'pairs #2.tsv'"]
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,45 @@ sys.path.insert(0, str(HERE))
 STATUSES = ("clean", "traceback", "wrong", "data lost")
 
 
+class ForkPool(object):
+    """Fork servers (bench/hostile/forkserver.py), one per worker, with the code under test imported."""
+
+    def __init__(self, code, n, env):
+        import queue
+        self.free = queue.Queue()
+        for _ in range(n):
+            p = subprocess.Popen([sys.executable, str(HERE / "forkserver.py")], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, env=env, universal_newlines=True, bufsize=1)
+            self.free.put(p)
+        self.all = list(self.free.queue)
+        for p in self.all:
+            assert p.stdout.readline().strip() == "ready", "fork server did not start"
+
+    def run(self, module, argv, cwd, env, stdin, timeout):
+        p = self.free.get()
+        try:
+            out, err = os.path.join(cwd, ".fs_out"), os.path.join(cwd, ".fs_err")
+            p.stdin.write(json.dumps({"module": module, "argv": argv, "cwd": cwd, "env": env, "stdin": stdin,
+                                      "out": out, "err": err, "timeout": timeout}) + "\n")
+            p.stdin.flush()
+            rc = json.loads(p.stdout.readline())["rc"]
+            res = (rc, open(out, encoding="utf-8", errors="replace").read(),
+                   open(err, encoding="utf-8", errors="replace").read())
+            os.unlink(out)
+            os.unlink(err)
+            return res
+        finally:
+            self.free.put(p)
+
+    def close(self):
+        for p in self.all:
+            p.stdin.close()
+            p.wait()
+
+
+POOL = None
+
+
 class Ctx(object):
     """What a case needs: the code under test, a private folder, shared fixtures, a command runner."""
 
@@ -56,10 +95,19 @@ class Ctx(object):
         return env
 
     def cli(self, args, stdin=None, timeout=None, env=None):
-        return self.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], stdin, timeout, env)
+        return self.module("grpo_edge.cli.main", args, stdin, timeout, env)
 
     def online(self, args, stdin=None, timeout=None, env=None):
-        return self.run([sys.executable, "-m", "grpo_edge.online"] + [str(a) for a in args], stdin, timeout, env)
+        return self.module("grpo_edge.online", args, stdin, timeout, env)
+
+    def module(self, name, args, stdin=None, timeout=None, env=None):
+        """`python -m name args`: forked from a fork server when one runs, else a fresh interpreter."""
+        if POOL is None:
+            return self.run([sys.executable, "-m", name] + [str(a) for a in args], stdin, timeout, env)
+        t0 = time.time()
+        rc, out, err = POOL.run(name, [str(a) for a in args], str(self.work), self.env(env),
+                                str(stdin) if stdin else None, timeout or self.timeout)
+        return Result(rc, out, err, time.time() - t0)
 
     def run(self, argv, stdin=None, timeout=None, env=None):
         t0 = time.time()
@@ -156,7 +204,7 @@ def same_weights(a, b):
 # ---------------------------------------------------------------------------------------------- running
 def run_case(case, code, root, fixtures, timeout):
     work = Path(tempfile.mkdtemp(prefix="case_", dir=str(root)))
-    ctx = Ctx(code, work, fixtures, case.get("timeout", timeout))
+    ctx = Ctx(code, work, fixtures, case.get("timeout") or timeout)
     t0 = time.time()
     try:
         status, note = case["fn"](ctx)
@@ -200,8 +248,10 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=240, help="seconds per command")
     p.add_argument("--kills", type=int, default=0, help="kill -9 trials per mode (training, online)")
     p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
+    p.add_argument("--kill-modes", default="training,online", help="which kill -9 trials: training, online")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
+    p.add_argument("--no-fork", action="store_true", help="a fresh interpreter per command (slower)")
     a = p.parse_args(argv)
 
     import importlib
@@ -214,6 +264,9 @@ def main(argv=None):
         cases = [c for c in cases if a.only in c["id"] or a.only in c["cls"]]
     root = Path(tempfile.mkdtemp(prefix="hostile_"))
     t0 = time.time()
+    global POOL
+    if not a.no_fork:
+        POOL = ForkPool(a.code, max(1, a.jobs), Ctx(a.code, root, {}, a.timeout).env())
     fixtures = build_fixtures(a.code, root, a.timeout)
     results = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
@@ -226,7 +279,7 @@ def main(argv=None):
     kills = None
     if a.kills:
         from kills import kill_trials
-        kills = kill_trials(a.code, root, a.kills, a.seed, a.timeout)
+        kills = kill_trials(a.code, root, a.kills, a.seed, a.timeout, tuple(a.kill_modes.split(",")))
     print("\nhostile cases: %d tried, %d clean, %d tracebacks, %d wrong, %d data lost (%.0f s; code %s)"
           % (summary["cases"], summary["clean"], summary["traceback"], summary["wrong"], summary["data lost"],
              time.time() - t0, a.code))
@@ -240,6 +293,8 @@ def main(argv=None):
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         with open(a.json, "w") as f:
             json.dump({"code": a.code, "summary": summary, "kills": kills, "results": results}, f, indent=1)
+    if POOL is not None:
+        POOL.close()
     if not a.keep:
         shutil.rmtree(str(root), ignore_errors=True)
     return 0 if summary["clean"] == summary["cases"] and (not kills or all(

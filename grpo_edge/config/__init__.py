@@ -255,10 +255,17 @@ def _check_model(model: dict) -> dict:
     return out
 
 
-def _check_task_value(name, key, value, default, ranges):
-    """A task key against the type of its default and the task's declared range (Task.ranges)."""
+def _check_task_value(name, key, value, default, ranges, types=None):
+    """A task key against the type of its default (or Task.types for keys whose default is None) and the
+    task's declared range (Task.ranges)."""
     where = "task.%s" % key
     validate.check_finite_tree(where, value)
+    typ = (types or {}).get(key)
+    if value is not None and default is None and typ is not None:
+        ok = isinstance(value, typ) and not (isinstance(value, bool) and typ is not bool)
+        if not ok:
+            raise ConfigError("%s must be %s, got %r" % (where, "a string" if typ is str else
+                                                         "an integer" if typ is int else typ.__name__, value))
     if value is None or default is None:
         pass
     elif isinstance(default, bool):
@@ -292,12 +299,13 @@ def _check_task(task: dict) -> dict:
     defaults = task_defaults(name)
     if defaults is not None:
         ranges = getattr(task_class(name), "ranges", {}) or {}
+        types = getattr(task_class(name), "types", {}) or {}
         for key in list(task):
             if key == "name":
                 continue
             if key not in defaults:
                 raise ConfigError("unknown key task.%s for task %s%s" % (key, name, _closest(str(key), defaults)))
-            task[key] = _check_task_value(name, key, task[key], defaults[key], ranges)
+            task[key] = _check_task_value(name, key, task[key], defaults[key], ranges, types)
     return task
 
 

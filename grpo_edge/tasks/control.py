@@ -25,6 +25,7 @@ class ControlTask(Task):
     default_arch = "mlp"
     archs = ("mlp",)                       # vector observations -> action logits
     ranges = {"max_steps": (1, None, True), "eval_episodes": (1, None, True)}
+    types = {"env_id": str}                # keys whose default is None
     env_id = "CartPole-v1"
     defaults = {"env_id": None, "max_steps": 500, "eval_episodes": 100, "env_kwargs": {}}
 

@@ -136,7 +136,8 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
     from grpo_edge.tasks import task_from_state
     from grpo_edge.targets.profiles import load_profile
     from . import textgen_c, textsim
-    from .textir import checkpoint2textir, textir2int, weight_bytes
+    from .text_model import textir2int, write_c
+    from .textir import checkpoint2textir, weight_bytes
 
     opts = dict(DEFAULTS)
     unknown = set(options or {}) - set(DEFAULTS)
@@ -192,7 +193,7 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
         fw = assemble_text(q, prefix, out, prompts[:4], ints[:4])
         rep.sections["firmware"] = fw
     else:
-        files = textgen_c.write(q, out / "text_c", prefix)
+        files = write_c(q, out / "text_c", prefix)
         rep.sections["generated"] = {k: str(v) for k, v in files.items() if k != "arena"}
 
     # rv32 (ESP32-C3 ISA) in unicorn: bit-exact, instructions per prefill and per decode token
@@ -264,7 +265,7 @@ def _rv32_stage(rep, q, prefix, prompts, prof, opts, arena):
 
 def _agreement_stage(rep, task, model, q, n_eval):
     """Greedy completions of the held-out prompts: fp32 torch vs the integer reference. -> (prompts, answers)."""
-    from .text_ref import run_prompts
+    from .text_model import run_prompts
     problems = task.test_problems[:n_eval]
     prompts, refs = [p for p, _ in problems], [r for _, r in problems]
     fp32 = task.greedy_completions(model, prompts)

@@ -192,14 +192,12 @@ def fnv1a(data: bytes, h: int = FNV_OFFSET) -> int:
     return h
 
 
-def run_prompts(q, prompts, batch=256):
+def run_prompts(q, prompts, batch=256, gen=None):
     """For each prompt: {"ids": generated token ids up to and with EOS, "answer": text, "hash": FNV-1a of
-    every decision step's int16 logits (little endian), as the C harness prints}."""
+    every decision step's int16 logits (little endian), as the C harness prints}. gen: the model kind's
+    integer generator (default the decoder-only one; both kinds: text_model.run_prompts)."""
     from .textir import decode_ids, encode_prompts
-    if q["arch"] != "micro-gpt":
-        from .text_seq2seq_ref import generate_s2s as gen
-    else:
-        gen = generate
+    gen = gen or generate
     res = []
     for i in range(0, len(prompts), batch):
         chunk = prompts[i:i + batch]

@@ -100,7 +100,7 @@ def float_generate_s2s(ir, ids, rec=None):
 def textir2int_s2s(ir, calib_prompts) -> dict:
     from .textir import calibrate, _collect
     c, w = ir.cfg, ir.w
-    amax = calibrate(ir, calib_prompts)
+    amax = calibrate(ir, calib_prompts, gen=float_generate_s2s)
     S = {k: act_scale(v) for k, v in amax.items()}
     se, sx, eps = S["ex"], S["x"], c["eps"]
     const = {"tok16e": _q16(w["tok"], se), "src_pos16": _q16(w["src_pos"][:c["src_len"]], se),

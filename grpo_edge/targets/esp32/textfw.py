@@ -18,6 +18,7 @@ from grpo_edge.errors import TargetError
 from grpo_edge.report import atomic_write_text
 
 from . import textgen_c
+from .text_model import write_c
 
 FW_SRC = Path(__file__).resolve().parent / "csrc" / "text_fw"
 SDKCONFIG = """# grpo-edge text firmware defaults
@@ -52,7 +53,7 @@ def assemble_text(q, prefix, out_dir, prompts, answers) -> dict:
     if fw.exists():
         shutil.rmtree(fw)
     main, host = fw / "main", fw / "host"
-    files = textgen_c.write(q, main, prefix)
+    files = write_c(q, main, prefix)
     for name in ("text_app.c", "text_app.h", "main_idf.c"):
         shutil.copyfile(str(FW_SRC / name), str(main / name))
     host.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Integer text model -> C99 data + calls: <prefix>_text.{c,h} on top of csrc/gx_text_kernels.h.
 
-    files = textgen_c.write(q, "out/", "arith")      # q from textir.textir2int
+    files = text_model.write_c(q, "out/", "arith")   # q from text_model.textir2int
 
 Generated API (micro-gpt; the seq2seq generator in textgen_s2s.py keeps the same top two):
     int  P_generate(const char *prompt, char *answer, int max_len)
@@ -324,13 +324,10 @@ def generate_c(q, prefix) -> dict:
     return {"header": hdr, "source": "".join(src), "arena": plan}
 
 
-def write(q, out_dir, prefix) -> dict:
-    """Write <prefix>_text.{h,c} and a copy of gx_text_kernels.h into out_dir; returns their paths."""
-    if q["arch"] == "micro-gpt":
-        gen = generate_c(q, prefix)
-    else:
-        from .textgen_s2s import generate_c_s2s
-        gen = generate_c_s2s(q, prefix)
+def write(gen, out_dir, prefix) -> dict:
+    """Write generated C (generate_c's or textgen_s2s.generate_c_s2s's {"header", "source", "arena"}) as
+    <prefix>_text.{h,c} with a copy of gx_text_kernels.h into out_dir; returns their paths. From an integer
+    model of either kind: text_model.write_c."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     h, c, k = out / ("%s_text.h" % prefix), out / ("%s_text.c" % prefix), out / KERNELS.name

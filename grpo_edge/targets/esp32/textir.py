@@ -1,7 +1,7 @@
 """Text checkpoint -> integer IR for the ESP32 text path (16x8: int16 activations, int8 weights).
 
     ir = checkpoint2textir("runs/arithmetic/best.pt")       # float weights + shapes + tokenizer tables
-    q = textir2int(ir, calib_prompts)                        # scales from greedy decoding, integer tensors
+    q = text_model.textir2int(ir, calib_prompts)             # scales from greedy decoding, integer tensors
 
 The IR of a micro-gpt (decoder-only, pre-LN, tied head) is one decoding step with a KV cache:
 
@@ -359,22 +359,21 @@ def float_generate(ir, ids, rec=None):
 
 # ----------------------------------------------------------------------------- IR -> integers
 
-def calibrate(ir, prompts, batch=256) -> dict:
-    """max |value| per site while the fp32 NumPy model greedy-decodes `prompts`."""
+def calibrate(ir, prompts, batch=256, gen=None) -> dict:
+    """max |value| per site while the fp32 NumPy model greedy-decodes `prompts` (gen: the model kind's
+    float generator; default the decoder-only one)."""
     rec = Recorder()
-    gen = float_generate if ir.arch == "micro-gpt" else None
-    if gen is None:
-        from .text_seq2seq_ref import float_generate_s2s as gen
+    gen = gen or float_generate
     for i in range(0, len(prompts), batch):
         gen(ir, encode_prompts(ir.cfg, prompts[i:i + batch]), rec)
     return rec.amax
 
 
 def textir2int(ir, calib_prompts) -> dict:
-    """The integer model: {"arch", "cfg", "scales", "const" (arrays for the C), "p" (per-op parameters)}."""
+    """The integer model of a micro-gpt: {"arch", "cfg", "scales", "const" (arrays for the C), "p" (per-op
+    parameters)}. Both model kinds: text_model.textir2int."""
     if ir.arch != "micro-gpt":
-        from .text_seq2seq_ref import textir2int_s2s
-        return textir2int_s2s(ir, calib_prompts)
+        raise TargetError("textir.textir2int builds micro-gpt models; use text_model.textir2int")
     c, w = ir.cfg, ir.w
     amax = calibrate(ir, calib_prompts)
     S = {k: act_scale(v) for k, v in amax.items()}

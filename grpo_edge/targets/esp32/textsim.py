@@ -17,8 +17,8 @@ import numpy as np
 
 from grpo_edge.errors import TargetError
 
-from . import rv32, textgen_c
-from .text_ref import run_prompts
+from . import rv32
+from .text_model import run_prompts, write_c
 
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
@@ -87,7 +87,7 @@ def sanitizers_available() -> bool:
 
 def build_host(q, prefix, workdir, opt="-O2", sanitize=False) -> Path:
     work = Path(workdir)
-    files = textgen_c.write(q, work, prefix)
+    files = write_c(q, work, prefix)
     (work / "harness.c").write_text(harness_c(prefix))
     exe = work / ("textsim%s%s" % (opt.replace("-", "_"), "_san" if sanitize else ""))
     cmd = ([gcc()] + CFLAGS + [opt] + (SANITIZE if sanitize else []) +
@@ -167,7 +167,7 @@ def build_rv32(q, prefix, workdir) -> Path:
     if shutil.which(rv32.CROSS) is None:
         raise TargetError(rv32.missing_reason())
     work = Path(workdir)
-    files = textgen_c.write(q, work, prefix)
+    files = write_c(q, work, prefix)
     (work / "rv_libc.c").write_text(RV_MAIN)
     elf = work / (prefix + "_text_rv32.elf")
     cmd = ([rv32.CROSS] + rv32.RV_FLAGS + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s_prefill" % prefix,
