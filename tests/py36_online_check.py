@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv36/bin/python tests/py36_online_check.py
 
 1. `import grpo_edge.core.trainer` and `import grpo_edge.online` with only torch and numpy installed;
-2. bench/online_demo.py --quick: pretrain, serve, change the pole mid-run, kill -9 twice, restart, check;
+2. benchmarks/online_demo.py --quick: pretrain, serve, change the pole mid-run, kill -9 twice, restart, check;
 3. the stdin record stream: a short run of JSON lines through `python -m grpo_edge.online --stream stdin`.
 Prints "py36 check: ok" and exits 0 when all pass. Plain Python 3.6 (no pytest on that interpreter).
 """
@@ -29,7 +29,7 @@ def main():
     print("py36: imports ok (python %s, torch %s)" % (sys.version.split()[0], torch.__version__))
     env = dict(os.environ, PYTHONPATH=ROOT)
     out = tempfile.mkdtemp(prefix="py36_online_")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "online_demo.py"), "--quick", "--out", out,
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "online_demo.py"), "--quick", "--out", out,
                         "--run-dir", os.path.join(out, "run")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, universal_newlines=True)
     print(r.stdout[-2500:])

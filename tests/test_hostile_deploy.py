@@ -1,5 +1,5 @@
 """Hostile input on the deploy side (issue 11): one `error:` line, exit 2, no traceback, nothing half-written,
-and a second deploy keeps what the user edited. The full sweep is bench/hostile/run_deploy.py."""
+and a second deploy keeps what the user edited. The full sweep is benchmarks/hostile/run_deploy.py."""
 import json
 import os
 import stat

@@ -2,9 +2,9 @@
 non-finite is trained on or saved, checkpoints are checked before use, interrupts and resumes are exact.
 
 In-process tests first (config, checkpoints, trainer, online records); then a sample of the cases of
-bench/hostile/cases_train.py run as real CLI subprocesses, each asserting exit code 2, one line
+benchmarks/hostile/cases_train.py run as real CLI subprocesses, each asserting exit code 2, one line
 `error: ...`, no traceback, and no checkpoint with NaN weights left behind. The whole sweep (150 cases and
-the kill -9 trials) is `python bench/hostile/run.py --kills 5` (docs/results.md, "Reliability (training)").
+the kill -9 trials) is `python benchmarks/hostile/run.py --kills 5` (docs/results.md, "Reliability (training)").
 """
 import json
 import math
@@ -24,7 +24,7 @@ from grpo_edge.training_run import GRPOTrainer
 
 from conftest import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "bench", "hostile"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "hostile"))
 
 CARTPOLE = {"task": {"name": "cartpole", "eval_episodes": 2},
             "training": {"steps": 4, "batch_size": 2, "lr": 3e-3, "lr_scaling": "none", "eval_every": 0,

@@ -1,6 +1,6 @@
 """Bench rows for text models: the task metric through the ONNX generation loop, latency per completion.
 
-    calls = text_rows(rows, checkpoint, model, state, task, out_dir, opts, run_row)     # used by bench/table.py
+    calls = text_rows(rows, checkpoint, model, state, task, out_dir, opts, run_row)     # used by grpo_edge/bench/table.py
 
 Each row's metric is the task's metric (exact match) of greedy completions of the held-out prompts
 task.evaluate scores; host latency is the median time of one batch-1 greedy completion of the first of

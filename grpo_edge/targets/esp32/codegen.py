@@ -66,7 +66,7 @@ def _array(ctype, name, values, per_line=16) -> str:
     return "static const %s %s[%d] = {\n    %s\n};\n" % (ctype, name, max(len(vals), 1), ",\n    ".join(lines))
 
 
-# Per-op instruction counting (bench/esp32_kernels.py): GX_MARK(i) runs before op i and after the last op.
+# Per-op instruction counting (benchmarks/esp32_kernels.py): GX_MARK(i) runs before op i and after the last op.
 MARK = "#ifndef GX_MARK\n#define GX_MARK(i) ((void)0)\n#endif\n"
 
 # The kernels, as real C: copied unchanged next to every generated model (csrc/ in this package).

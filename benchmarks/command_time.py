@@ -1,19 +1,19 @@
 """The whole command, start to exit: `grpo-edge train --config configs/cartpole.yaml` vs an SB3 script
 (issue 14, row 2).
 
-    .venv/bin/python bench/command_time.py                          # 3 seeds x 2 rounds, ~5 min on 2 shared cores
-    .venv/bin/python bench/command_time.py --seeds 0 1 2 3 4 --rounds 1 --out /tmp/cmd.json
+    .venv/bin/python benchmarks/command_time.py                          # 3 seeds x 2 rounds, ~5 min on 2 shared cores
+    .venv/bin/python benchmarks/command_time.py --seeds 0 1 2 3 4 --rounds 1 --out /tmp/cmd.json
 
 Ours: the CLI exactly as a user runs it (`python -m grpo_edge.cli.main train --config
 configs/cartpole.yaml --save-dir <tmp> --quiet --set training.seed=S`): imports, training with its
 100-episode evaluations every 2 updates until the target 475, checkpoints, metrics, curves.png, summary.
 SB3: a script that imports stable-baselines3, trains PPO with rl-zoo's CartPole-v1 settings (as
-bench/vs_sb3.py) until the same 100-episode greedy evaluation on the same held-out start states reaches
+benchmarks/vs_sb3.py) until the same 100-episode greedy evaluation on the same held-out start states reaches
 475 (screened by 10 episodes, checked after the first update that ends 1 s of training time after the
 previous check; it uses our batched evaluator, the cheapest evaluation it could have), then saves the
 model. Each run is a fresh interpreter timed from spawn to exit; runs interleave ours, SB3, ours, ...
 Besides the ratio it reports, for ours, the seconds outside the training loop (process wall minus the
-loop's wall_seconds from summary.json). Writes bench/results/command_time.json (or --out).
+loop's wall_seconds from summary.json). Writes benchmarks/results/command_time.json (or --out).
 """
 import argparse
 import json

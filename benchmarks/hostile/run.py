@@ -1,10 +1,10 @@
 """Hostile-input sweep: run each case as a subprocess against a checkout and classify what it did.
 
-    python bench/hostile/run.py                      # every case of bench/hostile/cases_train.py
-    python bench/hostile/run.py --fast               # the quick subset (config and checkpoint cases)
-    python bench/hostile/run.py --code /tmp/orig     # the same cases against another checkout (before/after)
-    python bench/hostile/run.py --kills 5            # also kill -9 trials: training and online training
-    python bench/hostile/run.py --only resume --json out.json
+    python benchmarks/hostile/run.py                      # every case of benchmarks/hostile/cases_train.py
+    python benchmarks/hostile/run.py --fast               # the quick subset (config and checkpoint cases)
+    python benchmarks/hostile/run.py --code /tmp/orig     # the same cases against another checkout (before/after)
+    python benchmarks/hostile/run.py --kills 5            # also kill -9 trials: training and online training
+    python benchmarks/hostile/run.py --only resume --json out.json
 
 A case is a command (`grpo-edge ...`, `python -m grpo_edge.online ...`) or a trial (a function that runs
 several commands, e.g. Ctrl-C then --resume). Each result is one of:
@@ -44,7 +44,7 @@ STATUSES = ("clean", "traceback", "wrong", "data lost")
 
 
 class ForkPool(object):
-    """Fork servers (bench/hostile/forkserver.py), one per worker, with the code under test imported."""
+    """Fork servers (benchmarks/hostile/forkserver.py), one per worker, with the code under test imported."""
 
     def __init__(self, code, n, env):
         import queue
@@ -241,7 +241,7 @@ def summarize(results):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--code", default=str(ROOT), help="checkout to test (default: this one)")
-    p.add_argument("--cases", default="cases_train", help="case module(s) in bench/hostile, comma-separated")
+    p.add_argument("--cases", default="cases_train", help="case module(s) in benchmarks/hostile, comma-separated")
     p.add_argument("--fast", action="store_true", help="only the quick cases")
     p.add_argument("--only", default=None, help="cases whose id or class contains this text")
     p.add_argument("--jobs", type=int, default=2, help="cases run in parallel")

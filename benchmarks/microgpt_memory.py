@@ -1,9 +1,9 @@
 """Peak memory of micro-gpt GRPO at batch 32 x G 8, 64-token completions, with and without memory options
 (issue 7, benchmark 4).
 
-    .venv/bin/python bench/microgpt_memory.py                      # ~3-5 min on 2 shared cores
-    .venv/bin/python bench/microgpt_memory.py --steps 3 --configs none microbatch --out /tmp/mem.json
-    .venv/bin/python bench/microgpt_memory.py --configs unbounded none       # the bounded default vs before
+    .venv/bin/python benchmarks/microgpt_memory.py                      # ~3-5 min on 2 shared cores
+    .venv/bin/python benchmarks/microgpt_memory.py --steps 3 --configs none microbatch --out /tmp/mem.json
+    .venv/bin/python benchmarks/microgpt_memory.py --configs unbounded none       # the bounded default vs before
 
 Model: micro-gpt at its default size (d_model 232, 6 layers, 8 heads, max_len 128: ~3.9M parameters) on
 the arithmetic task with max_new_tokens 64, random initialisation (so completions run to ~64 tokens:
@@ -17,7 +17,7 @@ Configurations (each in its own process; peak = ru_maxrss after --steps GRPO ste
   amp          bf16 autocast (CPU)
   all          microbatch + checkpoint + amp
 Goals: < 8 GB with no option, < 4 GB (the seed's device) with options; issue 14: < 1 GB with no option. Writes
-bench/results/microgpt_memory.json (or --out).
+benchmarks/results/microgpt_memory.json (or --out).
 """
 import argparse
 import sys

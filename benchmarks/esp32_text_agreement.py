@@ -4,7 +4,7 @@ For each checkpoint: the integer model deploy builds (same calibration), greedy 
 held-out prompts by the NumPy integer reference (bit-exact with the generated C, see the deploy reports)
 and by the torch checkpoint: share identical, and the exact match of each.
 
-    PYTHONPATH=$PWD python bench/esp32_text_agreement.py runs/arith_s0/best.pt runs/arith_s1/best.pt ...
+    PYTHONPATH=$PWD python benchmarks/esp32_text_agreement.py runs/arith_s0/best.pt runs/arith_s1/best.pt ...
 """
 import argparse
 import json

@@ -1,8 +1,8 @@
 """ESP32 kernels: rv32 instructions per MAC for each op, and the whole model vs TFLite Micro (issue 14, row 5).
 
-    .venv/bin/python bench/esp32_kernels.py --digits-default          # lite-resnet at its defaults (untrained, seed 0)
-    .venv/bin/python bench/esp32_kernels.py --cartpole-16x8           # the 4-64-64-2 tanh MLP, 16x8
-    .venv/bin/python bench/esp32_kernels.py --onnx model.int8.onnx    # any int8 / 16x8 QDQ ONNX
+    .venv/bin/python benchmarks/esp32_kernels.py --digits-default          # lite-resnet at its defaults (untrained, seed 0)
+    .venv/bin/python benchmarks/esp32_kernels.py --cartpole-16x8           # the 4-64-64-2 tanh MLP, 16x8
+    .venv/bin/python benchmarks/esp32_kernels.py --onnx model.int8.onnx    # any int8 / 16x8 QDQ ONNX
     add --json OUT.json to keep the numbers
 
 One run measures everything on the SAME generated code:

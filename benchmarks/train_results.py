@@ -1,8 +1,8 @@
 """Issue 2's acceptance runs: every built-in recipe trained here, results written to docs/results.md.
 
-    .venv/bin/python bench/train_results.py                    # all tasks (about 30-60 min on 2 cores)
-    .venv/bin/python bench/train_results.py --only cartpole    # one task
-    .venv/bin/python bench/train_results.py --seeds 0 1 2
+    .venv/bin/python benchmarks/train_results.py                    # all tasks (about 30-60 min on 2 cores)
+    .venv/bin/python benchmarks/train_results.py --only cartpole    # one task
+    .venv/bin/python benchmarks/train_results.py --seeds 0 1 2
 
 - cartpole: configs/cartpole.yaml, stop when the greedy mean return over 100 held-out episodes >= 475;
   reports env steps and wall time (evaluation time included; it is a small share) for each seed.
@@ -54,7 +54,7 @@ def table(rows, cols):
 
 def markdown(results, machine):
     parts = [MARK_START, "## Core training results (issue 2)", "",
-             "Measured on %s. Command: `.venv/bin/python bench/train_results.py` (each run is `grpo-edge train` "
+             "Measured on %s. Command: `.venv/bin/python benchmarks/train_results.py` (each run is `grpo-edge train` "
              "with the recipe in configs/). Wall time includes evaluation; the machine was shared with other jobs "
              "during these runs, so times are upper bounds." % machine, ""]
     if "cartpole" in results:
@@ -110,7 +110,7 @@ def main():
     ap.add_argument("--only", nargs="*", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default="runs/bench_train")
-    ap.add_argument("--json", default="bench/results/train_results.json")
+    ap.add_argument("--json", default="benchmarks/results/train_results.json")
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra --set for every run")
     args = ap.parse_args()
     out_root = ROOT / args.out

@@ -1,7 +1,7 @@
 """grpo-edge vs TRL's GRPOTrainer on the same work, CPU, offline (issue 7, benchmark 2).
 
-    .venv/bin/python bench/vs_trl.py                                   # ~3 min on 2 shared cores
-    .venv/bin/python bench/vs_trl.py --rounds 3 --steps 40 --d-model 128 --n-layer 4 --out /tmp/trl.json
+    .venv/bin/python benchmarks/vs_trl.py                                   # ~3 min on 2 shared cores
+    .venv/bin/python benchmarks/vs_trl.py --rounds 3 --steps 40 --d-model 128 --n-layer 4 --out /tmp/trl.json
 
 Same model: our micro-gpt and a randomly initialised transformers GPT-2 of the same width, depth, heads,
 vocabulary and context (exact GELU, no dropout, tied embeddings). Both start from the SAME weights: the
@@ -15,7 +15,7 @@ completion length, batch (prompts x G completions per step), learning rate, Adam
 loss aggregation ('grpo'), clip range, temperature 1, no KL (beta 0), one optimisation pass per batch.
 Measured per framework in its own process (1 thread each): samples/s (median step after one warm-up
 step), peak RSS and the peak above the RSS after set-up, and the mean training reward of the last 3 steps.
-Writes bench/results/vs_trl.json (or --out).
+Writes benchmarks/results/vs_trl.json (or --out).
 """
 import argparse
 import os

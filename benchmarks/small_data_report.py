@@ -1,4 +1,4 @@
-"""Markdown for bench/small_data.py's results: the "Small-data features (issue 6)" section of docs/results.md.
+"""Markdown for benchmarks/small_data.py's results: the "Small-data features (issue 6)" section of docs/results.md.
 
 The section sits between two HTML comment markers, so other sections of the file are left as they are.
 """
@@ -220,7 +220,7 @@ def write_report(results, setup, doc, start, end, machine):
             parts += out + ["", "Setup: " + setup[name] + ".", ""]
     head = ["## Small-data features (issue 6)", "",
             "Measured on %s, no GPU, on a machine shared with other jobs (times are upper bounds). "
-            "Command: `.venv/bin/python bench/small_data.py` (results in bench/results/small_data.json). "
+            "Command: `.venv/bin/python benchmarks/small_data.py` (results in benchmarks/results/small_data.json). "
             "Mean +- standard deviation over seeds; 'verdict' is 'helps' / 'hurts' only when every seed moves the "
             "same way and the mean change exceeds the spread of the per-seed changes." % machine, "",
             "| feature | task | metric | off | on | change | seed document's claim | verdict |",

@@ -7,7 +7,7 @@ ESP32-S3 (flash) and ESP32-C3, the same model deploy reports use. Answers are ta
 (two digits + EOS, the recipe's typical answer). Shapes that deploy would refuse (over the 1.5 MB app
 partition of the firmware's single-app partition table) are still measured and flagged.
 
-    PYTHONPATH=$PWD python bench/esp32_text_sizes.py [--shapes 64x2x2,128x4x4,...] [--json out.json]
+    PYTHONPATH=$PWD python benchmarks/esp32_text_sizes.py [--shapes 64x2x2,128x4x4,...] [--json out.json]
 """
 import argparse
 import json

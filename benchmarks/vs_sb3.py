@@ -1,7 +1,7 @@
 """Time to solve CartPole-v1: our GRPO recipe vs Stable-Baselines3 PPO (rl-zoo settings) (issue 7, benchmark 3).
 
-    .venv/bin/python bench/vs_sb3.py                               # 3 seeds each, ~3-6 min on 2 shared cores
-    .venv/bin/python bench/vs_sb3.py --seeds 0 1 2 3 4 --eval-every-s 0.5 --out /tmp/sb3.json
+    .venv/bin/python benchmarks/vs_sb3.py                               # 3 seeds each, ~3-6 min on 2 shared cores
+    .venv/bin/python benchmarks/vs_sb3.py --seeds 0 1 2 3 4 --eval-every-s 0.5 --out /tmp/sb3.json
 
 Ours: configs/cartpole.yaml (critic-free GRPO, 4 start states x G 8 episodes per update, reward-to-go
 advantages). SB3: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256, 20 epochs,
@@ -11,7 +11,7 @@ greedy / deterministic actions; a 10-episode screen first, the 100-episode evalu
 reaches 475. Evaluations run after the first update that ends --eval-every-s seconds of training time
 after the previous one (equal time resolution for both); evaluation time is excluded from the wall time.
 Both run 1 torch thread. Reports wall time and env steps until the 100-episode mean return >= 475.
-Writes bench/results/vs_sb3.json (or --out).
+Writes benchmarks/results/vs_sb3.json (or --out).
 """
 import argparse
 import statistics

@@ -1,6 +1,6 @@
 """Issues 3 and 4 results: `grpo-edge bench` tables and ESP32 ours-vs-TFLM, written to docs/results.md.
 
-    .venv/bin/python bench/deploy_results.py --cartpole runs/cartpole/best.pt --digits runs/digits/best.pt
+    .venv/bin/python benchmarks/deploy_results.py --cartpole runs/cartpole/best.pt --digits runs/digits/best.pt
 
 Runs the real CLI (`grpo-edge bench`, `grpo-edge deploy --target esp32s3`) on the two checkpoints and
 copies the tables into docs/results.md between markers, with the commands. Host figures are measured on

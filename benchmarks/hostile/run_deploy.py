@@ -1,7 +1,7 @@
 """Run the deploy-side hostile-input cases (cases_deploy.py) against a grpo-edge checkout; classify each.
 
-    python bench/hostile/run_deploy.py --repo . --out bench/results/hostile_deploy.json
-    python bench/hostile/run_deploy.py --repo /tmp/before --fixtures DIR    # same fixtures, older code
+    python benchmarks/hostile/run_deploy.py --repo . --out benchmarks/results/hostile_deploy.json
+    python benchmarks/hostile/run_deploy.py --repo /tmp/before --fixtures DIR    # same fixtures, older code
 
 Classes: clean (did what the case expects: exit 2 with one `error:` line and no file left behind, or
 exit 0 and the check holds), traceback (a Python traceback on stderr), data lost (a file the case

@@ -1,4 +1,4 @@
-"""kill -9 trials for bench/hostile/run.py --kills N: training and online training, killed at random moments.
+"""kill -9 trials for benchmarks/hostile/run.py --kills N: training and online training, killed at random moments.
 
 Training: a CartPole run (last.pt every step) is killed with SIGKILL at a seeded random moment: after a
 random number of completed steps (1 .. steps-1, read from metrics.jsonl) plus a random part of a step. Then last.pt must load (else: corrupt), the steps lost are the completed steps (lines in

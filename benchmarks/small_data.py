@@ -1,11 +1,11 @@
 """Issue 6: the small-data / small-memory features measured on vs off, written to docs/results.md.
 
-    .venv/bin/python bench/small_data.py                       # everything, 3 seeds (~25 min on 2 shared cores)
-    .venv/bin/python bench/small_data.py --only memory latent  # some parts: curriculum latent distill backtrans memory
-    .venv/bin/python bench/small_data.py --report              # rewrite the docs section from the saved JSON
+    .venv/bin/python benchmarks/small_data.py                       # everything, 3 seeds (~25 min on 2 shared cores)
+    .venv/bin/python benchmarks/small_data.py --only memory latent  # some parts: curriculum latent distill backtrans memory
+    .venv/bin/python benchmarks/small_data.py --report              # rewrite the docs section from the saved JSON
 
 Each part runs on the built-in task it is meant for, with tiny widths so it fits a shared 2-core CPU
-(sizes in SETUP below and in the doc). Results go to bench/results/small_data.json (one key per part,
+(sizes in SETUP below and in the doc). Results go to benchmarks/results/small_data.json (one key per part,
 parts can run in separate processes) and the section between <!-- issue6:start/end --> in
 docs/results.md. Memory configs run one per subprocess (peak RSS of that process alone).
 """
@@ -29,7 +29,7 @@ from grpo_edge.core.checkpoint import save_checkpoint  # noqa: E402
 from grpo_edge.tasks import get_task  # noqa: E402
 from grpo_edge.training_run import GRPOTrainer  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "small_data.json"
+RESULTS = ROOT / "benchmarks" / "results" / "small_data.json"
 DOC = ROOT / "docs" / "results.md"
 MARK_START, MARK_END = "<!-- issue6:start -->", "<!-- issue6:end -->"
 GPT = {"arch": "micro-gpt", "d_model": 64, "n_layer": 2, "n_head": 4, "max_len": 16}

@@ -1,7 +1,7 @@
 """GRPO vs PPO in the same trainer, and the gradient-penalty term on/off (issue 7, benchmark 1).
 
-    .venv/bin/python bench/grpo_vs_ppo.py                      # ~3-5 min on 2 shared cores
-    .venv/bin/python bench/grpo_vs_ppo.py --rounds 5 --steps 8 --pen-steps 60 --seeds 0 1 2 --out /tmp/gp.json
+    .venv/bin/python benchmarks/grpo_vs_ppo.py                      # ~3-5 min on 2 shared cores
+    .venv/bin/python benchmarks/grpo_vs_ppo.py --rounds 5 --steps 8 --pen-steps 60 --seeds 0 1 2 --out /tmp/gp.json
 
 Part 1, GRPO vs PPO (grpo.algo=grpo|ppo), batch 32 prompts / start states x G 8, same model, same task:
   arithmetic  micro-gpt of configs/arithmetic.yaml (0.8M parameters); PPO's critic is a second micro-gpt
@@ -15,7 +15,7 @@ Part 2, gradient penalty (grpo.grad_penalty_lambda) off/on: CartPole, 3-layer ML
   episodes (< 64): step time, peak RSS, the fraction of optimizer steps whose gradient norm exceeds 10x
   the running median of the earlier ones, and the greedy return after training (learning outcome).
 Threads: 1 per process (torch's default of 2 spins on this loaded 2-core machine). Prints a table and
-writes bench/results/grpo_vs_ppo.json (or --out).
+writes benchmarks/results/grpo_vs_ppo.json (or --out).
 """
 import argparse
 import statistics

@@ -1,7 +1,7 @@
 """Online-training demo on CPU: a CartPole whose pole gets shorter mid-run, served by grpo_edge.online.
 
-    .venv/bin/python bench/online_demo.py                       # full run (~5 min on 2 cores), docs/online_demo.*
-    .venv/bin/python bench/online_demo.py --quick --out /tmp/od # ~1 min; what ci/py36.sh runs on Python 3.6
+    .venv/bin/python benchmarks/online_demo.py                       # full run (~5 min on 2 cores), docs/online_demo.*
+    .venv/bin/python benchmarks/online_demo.py --quick --out /tmp/od # ~1 min; what ci/py36.sh runs on Python 3.6
 
 1. Pretrain a CartPole policy with the core Trainer (or take --policy CKPT).
 2. Serve it with `python -m grpo_edge.online` (a subprocess) on grpo_edge.online.envs:CartPole; after

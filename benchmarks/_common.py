@@ -1,4 +1,4 @@
-"""Helpers shared by the issue-7 benchmarks (bench/grpo_vs_ppo.py, vs_trl.py, vs_sb3.py, microgpt_memory.py).
+"""Helpers shared by the issue-7 benchmarks (benchmarks/grpo_vs_ppo.py, vs_trl.py, vs_sb3.py, microgpt_memory.py).
 
 Each configuration runs in its own subprocess (`<script> --worker '<json spec>'`), because peak memory is
 ru_maxrss, a per-process high-water mark; the worker prints one JSON line. Configurations are interleaved
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def peak_rss_mb():

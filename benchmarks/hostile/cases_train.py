@@ -1,7 +1,7 @@
 """Hostile-input cases of the training side (issue 11): config values, YAML numbers, command-line paths,
 architecture vs task, data, non-finite training, tampered checkpoints, interrupts and resumes, online
 records and the online config. Each case is {"id", "cls", "fn": fn(ctx) -> (status, note), "fast"}.
-bench/hostile/run.py runs them; tests/test_hostile_train.py runs a sample of them under pytest.
+benchmarks/hostile/run.py runs them; tests/test_hostile_train.py runs a sample of them under pytest.
 """
 import json
 import os
