@@ -195,6 +195,28 @@ def arena_plan(cfg) -> dict:
 
 
 # The step, prefill, decode and generate of a micro-gpt (%-formatted with the sizes and the prefix).
+# The greedy loop over the step API, shared by both model kinds (FIRST_POS: the position of the first
+# generated token: after the prompt for micro-gpt, after BOS for the encoder-decoder).
+GENERATE_C = """
+int %(p)s_generate(const char *prompt, char *answer, int max_len)
+{
+    int16_t ids[%(P)s_INPUT_LEN];
+    int used = 0, n, s, tok, err = 0;
+    if (!prompt || !answer || max_len < 1) return %(P)s_ERR_ARG;
+    answer[0] = '\\0';
+    n = %(p)s_encode(prompt, ids);
+    if (n < 0) return n;
+    tok = %(p)s_prefill(ids);
+    for (s = 0; s < %(P)s_MAX_NEW; ++s) {
+        if (tok == 2) return err ? err : s + 1;          /* EOS */
+        if (!err) err = append_token(answer, &used, max_len, tok);
+        if (s == %(P)s_MAX_NEW - 1) break;
+        tok = %(p)s_decode(tok, %(FIRST_POS)s + s);
+    }
+    return err ? err : %(P)s_MAX_NEW;
+}
+"""
+
 GPT_RUNTIME_C = """
 const int16_t *%(p)s_logits(void)
 {
@@ -254,23 +276,6 @@ int %(p)s_decode(int token, int pos)
     return step(token, pos, 1);
 }
 
-int %(p)s_generate(const char *prompt, char *answer, int max_len)
-{
-    int16_t ids[%(P)s_INPUT_LEN];
-    int used = 0, n, s, tok, err = 0;
-    if (!prompt || !answer || max_len < 1) return %(P)s_ERR_ARG;
-    answer[0] = '\\0';
-    n = %(p)s_encode(prompt, ids);
-    if (n < 0) return n;
-    tok = %(p)s_prefill(ids);
-    for (s = 0; s < %(P)s_MAX_NEW; ++s) {
-        if (tok == 2) return err ? err : s + 1;          /* EOS */
-        if (!err) err = append_token(answer, &used, max_len, tok);
-        if (s == %(P)s_MAX_NEW - 1) break;
-        tok = %(p)s_decode(tok, %(P)s_INPUT_LEN + s);
-    }
-    return err ? err : %(P)s_MAX_NEW;
-}
 """
 
 
@@ -319,6 +324,7 @@ def generate_c(q, prefix) -> dict:
     src.append("uint32_t %s_logit_hash;\n\n" % p)
     src.append(tokenizer_c(p, P, c))
     src.append(GPT_RUNTIME_C % {"p": p, "P": P, "D": D, "L": L, "T": T, "H": H, "hd": hd, "F": F, "V": V})
+    src.append(GENERATE_C % {"p": p, "P": P, "FIRST_POS": P + "_INPUT_LEN"})
     # kcache and vcache must be adjacent for the one-loop reset above
     assert plan["buffers"]["vcache"][0] == plan["buffers"]["kcache"][0] + L * T * D
     return {"header": hdr, "source": "".join(src), "arena": plan}

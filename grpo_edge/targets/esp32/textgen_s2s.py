@@ -4,8 +4,8 @@ KV cache. Same public API as textgen_c (P_generate, P_encode, P_prefill, P_decod
 runs the encoder and the first decoder step (BOS at target position 0), P_decode(token, pos) takes
 target positions 1.. (P_FIRST_POS = 1).
 """
-from .textgen_c import (COMMON_TYPES, att_ref, c_array, check_prefix, fc_data, fc_ref, header_common, ln_data, ln_ref,
-                        tokenizer_c)
+from .textgen_c import (COMMON_TYPES, GENERATE_C, att_ref, c_array, check_prefix, fc_data, fc_ref, header_common,
+                        ln_data, ln_ref, tokenizer_c)
 
 
 def arena_plan_s2s(cfg) -> dict:
@@ -77,6 +77,7 @@ def generate_c_s2s(q, prefix) -> dict:
     src.append("static int n_src;\nuint32_t %s_logit_hash;\n\n" % p)
     src.append(tokenizer_c(p, P, c))
     src.append(S2S_RUNTIME_C % {"p": p, "P": P, "D": D, "L": L, "T": T, "S": S, "H": H, "hd": hd, "V": V})
+    src.append(GENERATE_C % {"p": p, "P": P, "FIRST_POS": P + "_FIRST_POS"})
     return {"header": hdr, "source": "".join(src), "arena": plan}
 
 
@@ -181,21 +182,4 @@ int %(p)s_decode(int token, int pos)
     return step(token, pos);
 }
 
-int %(p)s_generate(const char *prompt, char *answer, int max_len)
-{
-    int16_t ids[%(P)s_INPUT_LEN];
-    int used = 0, n, s, tok, err = 0;
-    if (!prompt || !answer || max_len < 1) return %(P)s_ERR_ARG;
-    answer[0] = '\\0';
-    n = %(p)s_encode(prompt, ids);
-    if (n < 0) return n;
-    tok = %(p)s_prefill(ids);
-    for (s = 0; s < %(P)s_MAX_NEW; ++s) {
-        if (tok == 2) return err ? err : s + 1;          /* EOS */
-        if (!err) err = append_token(answer, &used, max_len, tok);
-        if (s == %(P)s_MAX_NEW - 1) break;
-        tok = %(p)s_decode(tok, %(P)s_FIRST_POS + s);
-    }
-    return err ? err : %(P)s_MAX_NEW;
-}
 """
