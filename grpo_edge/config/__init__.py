@@ -20,117 +20,118 @@ from typing import Any, Dict, Optional
 from grpo_edge.config.small_data import (SMALL_DATA_CHOICES, SMALL_DATA_RANGES, AugmentConfig, CurriculumConfig,
                                          DistillConfig, check_small_data)
 from grpo_edge.core import validate
+from grpo_edge.core.defaults import GRPO, TRAINING
 from grpo_edge.errors import ConfigError
 
 
 @dataclass
 class TrainingConfig:
-    steps: int = 200
+    steps: int = TRAINING["steps"]
     """Number of rollout batches (each followed by num_iterations optimisation passes)."""
-    batch_size: int = 32
+    batch_size: int = TRAINING["batch_size"]
     """Prompts / start states / images per rollout batch; each gets group_size samples."""
-    lr: float = 3e-4
+    lr: float = TRAINING["lr"]
     """Base learning rate, for base_batch_size (scaled by lr_scaling)."""
-    lr_scaling: str = "sqrt"
+    lr_scaling: str = TRAINING["lr_scaling"]
     """'sqrt': lr * sqrt(batch_size / base_batch_size) (the seed's tuning note); 'none': lr as given."""
-    base_batch_size: int = 32
+    base_batch_size: int = TRAINING["base_batch_size"]
     """Batch size at which `lr` applies unscaled."""
-    lr_schedule: str = "constant"
+    lr_schedule: str = TRAINING["lr_schedule"]
     """'constant', 'linear' (decay to 0) or 'cosine', after warmup_steps of linear warm-up."""
-    warmup_steps: int = 0
+    warmup_steps: int = TRAINING["warmup_steps"]
     """Linear learning-rate warm-up, in optimizer steps."""
-    adam_beta1: float = 0.9
+    adam_beta1: float = TRAINING["adam_beta1"]
     """Adam beta1."""
-    adam_beta2: float = 0.99
+    adam_beta2: float = TRAINING["adam_beta2"]
     """Adam beta2: 0.99 rather than 0.999 is steadier at small batch sizes (the seed's tuning note)."""
-    adam_eps: float = 1e-8
+    adam_eps: float = TRAINING["adam_eps"]
     """Adam epsilon."""
-    weight_decay: float = 0.0
+    weight_decay: float = TRAINING["weight_decay"]
     """Decoupled weight decay (AdamW) when > 0."""
-    grad_norm_clip: float = 1.0
+    grad_norm_clip: float = TRAINING["grad_norm_clip"]
     """Clip the global gradient norm to this value; 0 disables clipping."""
-    grad_accum_steps: int = 1
+    grad_accum_steps: int = TRAINING["grad_accum_steps"]
     """Optimizer step every N minibatches (a larger effective batch without more memory)."""
-    minibatch_size: int = 0
+    minibatch_size: int = TRAINING["minibatch_size"]
     """Samples per forward/backward pass; 0 = the whole rollout batch (batch_size * group_size)."""
-    eval_every: int = 20
+    eval_every: int = TRAINING["eval_every"]
     """Evaluate every N steps (and at the end); 0 = only at the end."""
-    eval_n: int = 0
+    eval_n: int = TRAINING["eval_n"]
     """Evaluation episodes / examples; 0 = the task's default."""
-    save_every: int = 20
+    save_every: int = TRAINING["save_every"]
     """Write last.pt every N steps (and at the end)."""
-    target_metric: Optional[float] = None
+    target_metric: Optional[float] = TRAINING["target_metric"]
     """Stop early once the evaluation metric reaches this value (e.g. 475 for CartPole-v1)."""
-    warm_start_epochs: int = 0
+    warm_start_epochs: int = TRAINING["warm_start_epochs"]
     """Text tasks: supervised epochs on reference answers before GRPO."""
-    warm_start_lr: float = 1e-3
+    warm_start_lr: float = TRAINING["warm_start_lr"]
     """Learning rate of the supervised warm start."""
-    amp: bool = False
+    amp: bool = TRAINING["amp"]
     """Mixed precision: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
-    gradient_checkpointing: int = 0
+    gradient_checkpointing: int = TRAINING["gradient_checkpointing"]
     """Checkpoint every N-th block of transformer models (0 = off): less memory, more compute."""
-    micro_batch_mb: int = 128
+    micro_batch_mb: int = TRAINING["micro_batch_mb"]
     """Activation memory budget of one forward/backward, MB: each minibatch is split into micro-batches
     sized from the sequence length and model width (same single optimizer update, same gradient);
     0 = no split. See grpo_edge/core/microbatch.py."""
-    device: str = "auto"
+    device: str = TRAINING["device"]
     """'auto' (CUDA when present, else CPU), 'cpu' or 'cuda'."""
-    seed: int = 0
+    seed: int = TRAINING["seed"]
     """Seeds torch, numpy, Python and the task; CPU runs are reproducible."""
-    threads: int = 0
+    threads: int = TRAINING["threads"]
     """CPU threads for torch; 0 = auto: 1 for models under 1M parameters (per-op overhead dominates and
     extra threads only spin; measured 10-40x slower on a loaded 2-core machine), else torch's default."""
-    log_every: int = 1
+    log_every: int = TRAINING["log_every"]
     """Write a metrics.jsonl line every N steps."""
-    tensorboard: bool = False
+    tensorboard: bool = TRAINING["tensorboard"]
     """Also log to TensorBoard (needs the 'tensorboard' extra)."""
-    plot_grad_flow_every: int = 0
+    plot_grad_flow_every: int = TRAINING["plot_grad_flow_every"]
     """Write grad_flow_<step>.png (per-layer gradient norms) every N steps; 0 = never."""
 
 
 @dataclass
 class GRPOConfig:
-    algo: str = "grpo"
+    algo: str = GRPO["algo"]
     """'grpo' (critic-free, group-relative advantages) or 'ppo' (critic + GAE, for comparison)."""
-    group_size: int = 8
+    group_size: int = GRPO["group_size"]
     """G: samples (completions / episodes / labels) drawn per prompt or start state."""
-    num_iterations: int = 1
+    num_iterations: int = GRPO["num_iterations"]
     """mu: optimisation passes over each rollout batch (>1 makes the clipped ratio matter)."""
-    clip_eps: float = 0.2
+    clip_eps: float = GRPO["clip_eps"]
     """Lower (and by default upper) clip range of the importance ratio."""
-    clip_eps_high: Optional[float] = None
+    clip_eps_high: Optional[float] = GRPO["clip_eps_high"]
     """Upper clip range (DAPO clip-higher uses 0.28); None = clip_eps."""
-    loss_type: str = "grpo"
+    loss_type: str = GRPO["loss_type"]
     """Token aggregation: 'grpo', 'bnpo', 'dapo' or 'dr_grpo' (see grpo_edge/core/losses.py)."""
-    importance_level: str = "token"
+    importance_level: str = GRPO["importance_level"]
     """'token' ratio, or 'sequence' (GSPO: one geometric-mean ratio per sequence)."""
-    scale_rewards: str = "group"
+    scale_rewards: str = GRPO["scale_rewards"]
     """Advantage scaling: 'group' std, 'batch' std, or 'none' (Dr. GRPO)."""
-    advantage: str = "auto"
+    advantage: str = GRPO["advantage"]
     """'sequence' (whole-sample reward), 'reward_to_go' (control: per-step, group-relative), 'auto'."""
-    gamma: float = 0.99
+    gamma: float = GRPO["gamma"]
     """Discount for reward_to_go advantages and PPO's GAE."""
-    beta: float = 0.0
+    beta: float = GRPO["beta"]
     """KL coefficient towards the frozen reference (initial) policy; 0 = no reference model kept."""
-    kl_estimator: str = "k3"
+    kl_estimator: str = GRPO["kl_estimator"]
     """'k1', 'k2' or 'k3' (unbiased, non-negative; the default)."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = GRPO["entropy_coef"]
     """Entropy bonus coefficient."""
-    temperature: float = 1.0
+    temperature: float = GRPO["temperature"]
     """Sampling temperature for rollouts."""
-    mask_truncated: bool = False
+    mask_truncated: bool = GRPO["mask_truncated"]
     """Exclude samples cut by the length / time limit from the loss."""
-    filter_zero_std: bool = False
+    filter_zero_std: bool = GRPO["filter_zero_std"]
     """Drop groups whose rewards are all equal (their advantage is 0; DAPO's dynamic sampling)."""
-    grad_penalty_lambda: float = 0.0
+    grad_penalty_lambda: float = GRPO["grad_penalty_lambda"]
     """Gradient regularization lambda * (||g|| - target_grad_norm)^2 (opt-in; see docs/algorithm.md)."""
-    target_grad_norm: float = 0.0
+    target_grad_norm: float = GRPO["target_grad_norm"]
     """Target norm in the gradient penalty."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = GRPO["gae_lambda"]
     """PPO: GAE lambda."""
-    vf_coef: float = 0.5
+    vf_coef: float = GRPO["vf_coef"]
     """PPO: value-loss coefficient."""
-    critic_hidden: int = 64
+    critic_hidden: int = GRPO["critic_hidden"]
     """PPO: hidden width of the control critic."""
 
 

@@ -5,7 +5,7 @@ group per row.
 """
 import torch
 
-SCALES = ("group", "batch", "none")
+from grpo_edge.core.defaults import REWARD_SCALES as SCALES  # one source
 
 
 def group_advantages(rewards, group_size, scale="group", eps=1e-4):

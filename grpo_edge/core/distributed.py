@@ -185,11 +185,11 @@ class ShardedTrainerMixin(object):
         if int(self.t["batch_size"]) % shards:
             raise ValueError("training.batch_size (%d) must be divisible by the number of rollout shards / "
                              "ranks (%d)" % (int(self.t["batch_size"]), shards))
-        mb = int(self.t.get("minibatch_size", 0))
+        mb = int(self.t["minibatch_size"])
         if mb and (mb % shards or (mb // shards) % int(self.g["group_size"])):
             raise ValueError("training.minibatch_size (%d) must split into %d shards of whole groups of %d"
                              % (mb, shards, int(self.g["group_size"])))
-        if shards > 1 and self.g.get("filter_zero_std", False):
+        if shards > 1 and self.g["filter_zero_std"]:
             raise ValueError("grpo.filter_zero_std drops a different number of samples on each rank, which "
                              "would desynchronise the gradient all-reduce; it is not supported with %d shards"
                              % shards)
@@ -206,7 +206,7 @@ class ShardedTrainerMixin(object):
         if self.world_size > 1:
             raise ValueError("add_rollout_shards is for one process; under torchrun each rank is a shard")
         self._check_sharding(1 + len(tasks))
-        seed = int(self.t.get("seed", 0))
+        seed = int(self.t["seed"])
         self.rollout_shards = [RolloutShard(t, shard_seed(seed, k + 1))
                                for k, t in enumerate(tasks)]
 

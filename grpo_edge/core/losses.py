@@ -16,9 +16,7 @@ per-token ratio with exp(mean over the sequence's tokens of (logp - old_logp)).
 """
 import torch
 
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-IMPORTANCE_LEVELS = ("token", "sequence")
+from grpo_edge.core.defaults import IMPORTANCE_LEVELS, KL_ESTIMATORS, LOSS_TYPES  # noqa: F401  (one source)
 
 
 def kl_penalty(logp, ref_logp, estimator="k3"):

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from grpo_edge.core import adam
+from grpo_edge.core import defaults
 from grpo_edge.core import advantages as adv_lib
 from grpo_edge.core import distributed
 from grpo_edge.core import finite
@@ -106,10 +107,11 @@ class Trainer(distributed.ShardedTrainerMixin):
 
     def __init__(self, model, task, config, device=None):
         self.cfg = config
-        self.t = config["training"]
-        self.g = config["grpo"]
+        # every key present: what the config leaves out takes its default from core/defaults.py
+        self.t = defaults.complete("training", config["training"])
+        self.g = defaults.complete("grpo", config["grpo"])
         self.task = task
-        self.device = resolve_device(device or self.t.get("device", "auto"))
+        self.device = resolve_device(device or self.t["device"])
         self.rank, self.world_size = distributed.init_from_env(self.device.type == "cuda")
         self.device = distributed.local_device(self.device)
         self._check_sharding(self.world_size)
@@ -121,33 +123,33 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.warm_started = False
         self.env_steps = 0
         self.samples = 0
-        torch.manual_seed(int(self.t.get("seed", 0)))
-        np.random.seed(int(self.t.get("seed", 0)))
+        torch.manual_seed(int(self.t["seed"]))
+        np.random.seed(int(self.t["seed"]))
         self.generator = torch.Generator(device="cpu")
-        self.generator.manual_seed(int(self.t.get("seed", 0)))
-        if self.t.get("gradient_checkpointing", 0) and hasattr(model, "set_gradient_checkpointing"):
+        self.generator.manual_seed(int(self.t["seed"]))
+        if self.t["gradient_checkpointing"] and hasattr(model, "set_gradient_checkpointing"):
             model.set_gradient_checkpointing(int(self.t["gradient_checkpointing"]))
 
         scale = 1.0
-        if self.t.get("lr_scaling", "sqrt") == "sqrt":
-            scale = math.sqrt(float(self.t["batch_size"]) / float(self.t.get("base_batch_size", 32)))
+        if self.t["lr_scaling"] == "sqrt":
+            scale = math.sqrt(float(self.t["batch_size"]) / float(self.t["base_batch_size"]))
         self.lr = float(self.t["lr"]) * scale
         self.critic = None
         params = list(self.policy.parameters())
-        if self.g.get("algo", "grpo") == "ppo":
+        if self.g["algo"] == "ppo":
             self.critic = self._build_critic().to(self.device)
             params = params + list(self.critic.parameters())
         self.optimizer = self._adam(params, self.lr)
         steps_total = int(self.t["steps"]) * max(1, self._optimizer_steps_per_update())
         self.scheduler = adam.LambdaSchedule(
-            self.optimizer, lr_lambda(self.t.get("lr_schedule", "constant"), int(self.t.get("warmup_steps", 0)),
+            self.optimizer, lr_lambda(self.t["lr_schedule"], int(self.t["warmup_steps"]),
                                       steps_total))
         self.ref_policy = None
-        if float(self.g.get("beta", 0.0)) > 0.0:
+        if float(self.g["beta"]) > 0.0:
             self.ref_policy = copy.deepcopy(self.policy).eval()
             for p in self.ref_policy.parameters():
                 p.requires_grad_(False)
-        self.amp = bool(self.t.get("amp", False))
+        self.amp = bool(self.t["amp"])
         self.scaler = None
         if self.amp and self.device.type == "cuda":
             self.scaler = torch.cuda.amp.GradScaler()
@@ -157,14 +159,14 @@ class Trainer(distributed.ShardedTrainerMixin):
             if self.critic is not None:
                 distributed.broadcast_parameters(self.critic)
             if self.rank > 0:
-                self._seed_streams(distributed.shard_seed(self.t.get("seed", 0), self.rank))
+                self._seed_streams(distributed.shard_seed(self.t["seed"], self.rank))
 
     # ------------------------------------------------------------------ set-up helpers
     def _adam(self, params, lr):
-        betas = (float(self.t.get("adam_beta1", 0.9)), float(self.t.get("adam_beta2", 0.99)))
-        wd = float(self.t.get("weight_decay", 0.0))
-        eps = float(self.t.get("adam_eps", 1e-8))
-        if self.t.get("amp", False) and self.device.type == "cuda":     # GradScaler drives torch.optim's
+        betas = (float(self.t["adam_beta1"]), float(self.t["adam_beta2"]))
+        wd = float(self.t["weight_decay"])
+        eps = float(self.t["adam_eps"])
+        if self.t["amp"] and self.device.type == "cuda":     # GradScaler drives torch.optim's
             if wd > 0:
                 return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
             return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
@@ -173,7 +175,7 @@ class Trainer(distributed.ShardedTrainerMixin):
 
     def _build_critic(self):
         if self.task.kind == "control":
-            return MLPCritic(self.task.model_kwargs()["obs_dim"], int(self.g.get("critic_hidden", 64)))
+            return MLPCritic(self.task.model_kwargs()["obs_dim"], int(self.g["critic_hidden"]))
         # Other tasks: a copy of the policy's architecture with a scalar head.
         from grpo_edge.core.models import build_model
         kw = dict(self.policy.config())
@@ -185,12 +187,12 @@ class Trainer(distributed.ShardedTrainerMixin):
 
     def _minibatch(self):
         """Samples per minibatch over all ranks (each rank takes its 1 / world_size of it)."""
-        mb = int(self.t.get("minibatch_size", 0))
+        mb = int(self.t["minibatch_size"])
         return mb if mb > 0 else self._samples_per_update()
 
     def _optimizer_steps_per_update(self):
         n_mb = max(1, self._samples_per_update() // self._minibatch())
-        return int(self.g.get("num_iterations", 1)) * max(1, n_mb // int(self.t.get("grad_accum_steps", 1)))
+        return int(self.g["num_iterations"]) * max(1, n_mb // int(self.t["grad_accum_steps"]))
 
     def _autocast(self):
         if not self.amp:
@@ -204,7 +206,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         """Fill ro.advantages ((N,) or (N, T)) and, in PPO mode, ro.returns / ro.values."""
         g = self.g
         G = ro.group_size
-        if g.get("algo", "grpo") == "ppo":
+        if g["algo"] == "ppo":
             if not hasattr(self.task, "values"):
                 raise ValueError("PPO mode needs a task with values(); %s has none" % self.task.name)
             with torch.no_grad():
@@ -214,25 +216,25 @@ class Trainer(distributed.ShardedTrainerMixin):
                 step_rewards = torch.zeros_like(ro.mask)
                 last = (ro.mask.sum(1).long() - 1).clamp(min=0)
                 step_rewards[torch.arange(len(ro)), last] = ro.rewards
-            adv, ret = adv_lib.gae(step_rewards, values, ro.mask, float(g.get("gamma", 0.99)),
-                                   float(g.get("gae_lambda", 0.95)))
+            adv, ret = adv_lib.gae(step_rewards, values, ro.mask, float(g["gamma"]),
+                                   float(g["gae_lambda"]))
             n_tok = ro.mask.sum().clamp(min=1.0)
             mean = (adv * ro.mask).sum() / n_tok
             std = (((adv - mean) ** 2) * ro.mask).sum().div(n_tok).sqrt()
             ro.advantages = (adv - mean) / (std + 1e-8) * ro.mask
             ro.returns, ro.values = ret, values
             return
-        mode = g.get("advantage", "auto")
+        mode = g["advantage"]
         if mode == "auto":
             mode = "reward_to_go" if ro.step_rewards is not None else "sequence"
         if mode == "reward_to_go":
             if ro.step_rewards is None:
                 raise ValueError("advantage 'reward_to_go' needs per-step rewards; task %s gives one "
                                  "reward per sample (use 'sequence')" % self.task.name)
-            ro.advantages = adv_lib.reward_to_go_advantages(ro.step_rewards, ro.mask, G, float(g.get("gamma", 0.99)),
-                                                            g.get("scale_rewards", "group"))
+            ro.advantages = adv_lib.reward_to_go_advantages(ro.step_rewards, ro.mask, G, float(g["gamma"]),
+                                                            g["scale_rewards"])
         else:
-            ro.advantages = adv_lib.group_advantages(ro.rewards, G, g.get("scale_rewards", "group"))
+            ro.advantages = adv_lib.group_advantages(ro.rewards, G, g["scale_rewards"])
 
     # ------------------------------------------------------------------ one step
     def train_step(self):
@@ -251,10 +253,10 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.compute_advantages(ro)
 
         keep = torch.arange(len(ro), device=ro.rewards.device)
-        if self.g.get("filter_zero_std", False) and self.g.get("algo", "grpo") == "grpo":
+        if self.g["filter_zero_std"] and self.g["algo"] == "grpo":
             keep = adv_lib.nonzero_std_groups(ro.rewards, G)
         loss_mask = ro.mask.clone()
-        if self.g.get("mask_truncated", False):
+        if self.g["mask_truncated"]:
             loss_mask = loss_mask * (~ro.truncated).float().unsqueeze(1)
         ro.mask_loss = loss_mask
         if self.ref_policy is not None:
@@ -283,17 +285,17 @@ class Trainer(distributed.ShardedTrainerMixin):
         g, t = self.g, self.t
         self._policy_mode(True)
         mb_size = min(self._minibatch() // self.world_size, len(keep))
-        accum = int(t.get("grad_accum_steps", 1))
-        lam = float(g.get("grad_penalty_lambda", 0.0))
+        accum = int(t["grad_accum_steps"])
+        lam = float(g["grad_penalty_lambda"])
         num_tokens_total = float(ro.mask_loss[keep].sum())
         max_len = ro.mask.shape[1]
         agg = {}
         n_mb = 0
         # micro-batches bound a minibatch's activation memory (grpo_edge/core/microbatch.py); the
         # gradient penalty differentiates the whole minibatch's gradient norm, so it is not split
-        micro = 0 if lam > 0.0 else microbatch.micro_batch_size(self.policy, ro, t.get("micro_batch_mb", 128))
+        micro = 0 if lam > 0.0 else microbatch.micro_batch_size(self.policy, ro, t["micro_batch_mb"])
         self.optimizer.zero_grad()
-        for _ in range(int(g.get("num_iterations", 1))):
+        for _ in range(int(g["num_iterations"])):
             order = self._epoch_order(keep, mb_size)
             for start in range(0, len(order), mb_size):
                 st = self._minibatch_backward(ro, order[start:start + mb_size], keep, accum, lam, max_len,
@@ -324,7 +326,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         whole minibatch's."""
         g = self.g
         parts = microbatch.split(torch.arange(len(idx), device=idx.device), micro)
-        w_policy = microbatch.weights(parts, ro.mask_loss[idx], g.get("loss_type", "grpo"), True)
+        w_policy = microbatch.weights(parts, ro.mask_loss[idx], g["loss_type"], True)
         w_value = microbatch.weights(parts, ro.mask_loss[idx], "tokens")
         out = {}
         for part, wp, wv in zip(parts, w_policy, w_value):
@@ -335,22 +337,22 @@ class Trainer(distributed.ShardedTrainerMixin):
             mask = mb.mask_loss
             # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
             loss, st = losses.policy_loss(
-                logp, mb.old_logp, mb.advantages, mask, loss_type=g.get("loss_type", "grpo"),
-                clip_eps=float(g.get("clip_eps", 0.2)), clip_eps_high=g.get("clip_eps_high"),
-                importance_level=g.get("importance_level", "token"),
-                ref_logp=getattr(mb, "ref_logp", None), beta=float(g.get("beta", 0.0)),
-                kl_estimator=g.get("kl_estimator", "k3"), entropy=ent,
-                entropy_coef=float(g.get("entropy_coef", 0.0)), max_len=max_len,
+                logp, mb.old_logp, mb.advantages, mask, loss_type=g["loss_type"],
+                clip_eps=float(g["clip_eps"]), clip_eps_high=g["clip_eps_high"],
+                importance_level=g["importance_level"],
+                ref_logp=getattr(mb, "ref_logp", None), beta=float(g["beta"]),
+                kl_estimator=g["kl_estimator"], entropy=ent,
+                entropy_coef=float(g["entropy_coef"]), max_len=max_len,
                 num_tokens_total=num_tokens_total * len(idx) / max(1, len(keep)))
             loss = wp * loss
             if self.critic is not None:
                 values = self.task.values(self.critic, mb).float()
                 vl = losses.value_loss(values, mb.returns, mask)
-                loss = loss + wv * float(g.get("vf_coef", 0.5)) * vl
+                loss = loss + wv * float(g["vf_coef"]) * vl
                 st["value_loss"] = float(vl.detach())
             if lam > 0.0:                                  # one part only (micro is 0), wp == 1
                 pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
-                                                         float(g.get("target_grad_norm", 0.0)))
+                                                         float(g["target_grad_norm"]))
                 loss = loss + pen
                 st["grad_penalty"] = float(pen.detach())
                 st["policy_grad_norm"] = gnorm_pre
@@ -366,7 +368,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         return out
 
     def _optimizer_step(self):
-        clip = float(self.t.get("grad_norm_clip", 1.0))
+        clip = float(self.t["grad_norm_clip"])
         params = [p for grp in self.optimizer.param_groups for p in grp["params"] if p.grad is not None]
         distributed.average_gradients(params)      # no-op in one process
         if self.scaler is not None:
@@ -388,12 +390,12 @@ class Trainer(distributed.ShardedTrainerMixin):
     # ------------------------------------------------------------------ supervised warm start
     def warm_start(self, epochs=None, lr=None, on_epoch=None):
         """Text tasks: supervised epochs on the reference answers before GRPO. Returns per-epoch losses."""
-        epochs = int(self.t.get("warm_start_epochs", 0) if epochs is None else epochs)
+        epochs = int(self.t["warm_start_epochs"] if epochs is None else epochs)
         if epochs <= 0 or self.warm_started:
             return []
         if self.task.warm_start_batches(int(self.t["batch_size"]), self.generator) is None:
             return []
-        opt = self._adam(self.policy.parameters(), float(lr or self.t.get("warm_start_lr", 1e-3)))
+        opt = self._adam(self.policy.parameters(), float(lr or self.t["warm_start_lr"]))
         out = []
         self.policy.train()
         for epoch in range(epochs):
@@ -405,7 +407,7 @@ class Trainer(distributed.ShardedTrainerMixin):
                     finite.check_stats({"loss": float(loss.detach())}, 0)
                 opt.zero_grad()
                 loss.float().backward()
-                clip = float(self.t.get("grad_norm_clip", 1.0))
+                clip = float(self.t["grad_norm_clip"])
                 if clip > 0:
                     torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
                 opt.step()
@@ -421,7 +423,7 @@ class Trainer(distributed.ShardedTrainerMixin):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, n=0):
-        n = n or int(self.t.get("eval_n", 0))
+        n = n or int(self.t["eval_n"])
         if self.world_size > 1:
             # Rank 0 evaluates, the others take its result: every rank then makes the same best / early
             # stopping decisions (a collective: call it on all ranks).

@@ -12,6 +12,7 @@ RANGES / CHOICES hold the ranges of the `training` and `grpo` keys; TRAINING_KEY
 """
 import math
 
+from grpo_edge.core import defaults
 from grpo_edge.errors import ConfigError
 
 # np.random.seed takes 0 .. 2**32 - 1; torch's generators take less than 2**64.
@@ -40,17 +41,7 @@ RANGES = {
     ("grpo", "target_grad_norm"): (0, None, True), ("grpo", "vf_coef"): (0, None, True),
     ("grpo", "critic_hidden"): (1, None, True),
 }
-CHOICES = {
-    ("training", "lr_scaling"): ("sqrt", "none"),
-    ("training", "lr_schedule"): ("constant", "linear", "cosine"),
-    ("training", "device"): ("auto", "cpu", "cuda"),
-    ("grpo", "algo"): ("grpo", "ppo"),
-    ("grpo", "loss_type"): ("grpo", "bnpo", "dapo", "dr_grpo"),
-    ("grpo", "importance_level"): ("token", "sequence"),
-    ("grpo", "scale_rewards"): ("group", "batch", "none"),
-    ("grpo", "advantage"): ("auto", "sequence", "reward_to_go"),
-    ("grpo", "kl_estimator"): ("k1", "k2", "k3"),
-}
+CHOICES = defaults.CHOICES      # (section, key) -> allowed values: grpo_edge/core/defaults.py
 # Kinds of the training / grpo keys: "int", "float", "bool", "str", "float?" (a number or null).
 TRAINING_KEYS = {
     "steps": "int", "batch_size": "int", "lr": "float", "lr_scaling": "str", "base_batch_size": "int",

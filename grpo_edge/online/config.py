@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from grpo_edge.core import validate
+from grpo_edge.core import defaults, validate
 from grpo_edge.errors import ConfigError
 
 # (key, default, documentation) of the `online` section; --help prints them.
@@ -34,10 +34,11 @@ ONLINE_KEYS = [
     ("export_onnx", True, "write served.onnx next to served.pt when torch.onnx can export here"),
     ("threads", 1, "torch CPU threads (1 is fastest for small policies)"),
 ]
-TRAINING_DEFAULTS = {"batch_size": 2, "lr": 1e-3, "lr_scaling": "none", "steps": 10 ** 9, "minibatch_size": 0,
-                     "grad_accum_steps": 0, "grad_norm_clip": 1.0, "amp": "auto", "device": "auto", "seed": 0}
-GRPO_DEFAULTS = {"group_size": 8, "num_iterations": 2, "clip_eps": 0.2, "advantage": "reward_to_go",
-                 "gamma": 0.99, "beta": 0.0, "entropy_coef": 0.0}
+# The online trainer's overrides of the core defaults (grpo_edge/core/defaults.py, the one source of the
+# rest): small batches for a 4 GB device, a constant lr, an unbounded run, automatic AMP on CUDA.
+TRAINING_DEFAULTS = defaults.complete("training", {
+    "batch_size": 2, "lr": 1e-3, "lr_scaling": "none", "steps": 10 ** 9, "grad_accum_steps": 0, "amp": "auto"})
+GRPO_DEFAULTS = defaults.complete("grpo", {"num_iterations": 2, "advantage": "reward_to_go"})
 MODEL_DEFAULTS = {"arch": "mlp", "hidden": 64, "num_layers": 3, "activation": "tanh"}
 # The fresh policy's keys (an mlp: online training takes vector observations) and their checks.
 MODEL_KEYS = {"arch": ("mlp",), "hidden": "int", "num_layers": "int", "activation": ("tanh", "relu"),
