@@ -1,7 +1,8 @@
 """A rich progress bar for training: step, reward, KL, loss, steps/s and the last evaluation.
 
 When stderr is not a terminal (a log file, a pipe, CI) there is no bar: each update is one whole
-plain line, never wrapped or cut, flushed at once.
+plain line, never wrapped or cut, flushed at once. enabled=False (`--quiet`): no bar and no step lines;
+notes (warm start, interruptions) still print.
 """
 import sys
 
@@ -15,6 +16,7 @@ class TrainProgress:
     def __init__(self, total, enabled=True, title="training"):
         self.total = total
         self.enabled = enabled and sys.stderr.isatty() or enabled == "force"
+        self.quiet = not enabled
         self.title = title
         self._progress = None
         self._task = None
@@ -30,7 +32,7 @@ class TrainProgress:
                                       console=self._console, transient=False)
             self._progress.__enter__()
             self._task = self._progress.add_task(self.title, total=self.total, stats="")
-        else:
+        elif not self.quiet:
             _line(self.title)
         return self
 
@@ -52,5 +54,6 @@ class TrainProgress:
             stats += " | eval %.3f" % last_eval
         if self._progress is not None:
             self._progress.update(self._task, completed=step, stats=stats)
-        elif step == self.total or step % max(1, self.total // 20) == 0 or "eval_" in "".join(m):
+        elif not self.quiet and (step == self.total or step % max(1, self.total // 20) == 0
+                                 or "eval_" in "".join(m)):
             _line("step %d/%d  %s" % (step, self.total, stats))

@@ -119,6 +119,21 @@ def _cli(*args, **kw):
                           timeout=kw.get("timeout", 300), cwd=kw.get("cwd"))
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_lines_in_logs_and_quiet(tmp_path, quiet):
+    """stderr not a terminal: whole plain step lines; --quiet: none (the result line still prints)."""
+    args = ["train", "--config", "configs/cartpole.yaml", "--save-dir", str(tmp_path / "run"), "--set",
+            "training.steps=2", "--set", "training.eval_n=3", "--set", "training.eval_every=1"]
+    r = _cli(*(args + (["--quiet"] if quiet else [])))
+    assert r.returncode == 0, r.stderr
+    steps = [ln for ln in r.stderr.splitlines() if ln.startswith("step ")]
+    assert "done: cartpole return" in r.stdout
+    if quiet:
+        assert steps == [], r.stderr
+    else:
+        assert [ln.split()[1] for ln in steps] == ["1/2", "2/2"] and all("reward" in ln for ln in steps), r.stderr
+
+
 @pytest.mark.slow
 def test_cli_end_to_end(tmp_path):
     run = tmp_path / "run"
