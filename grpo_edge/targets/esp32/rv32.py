@@ -80,6 +80,17 @@ def section_sizes(elf_path) -> dict:
     return out
 
 
+
+def load_segments(uc, elf):
+    """Map and fill every loadable segment of an ELF (pyelftools ELFFile) in a unicorn machine (zero bss)."""
+    for seg in elf.iter_segments():
+        if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
+            continue
+        lo = seg["p_vaddr"] & ~0xFFF
+        hi = (seg["p_vaddr"] + seg["p_memsz"] + 0xFFF) & ~0xFFF
+        uc.mem_map(lo, hi - lo)
+        uc.mem_write(seg["p_vaddr"], seg.data() + b"\0" * (seg["p_memsz"] - seg["p_filesz"]))
+
 class Machine:
     """One loaded ELF in unicorn; call invoke(x) repeatedly."""
 
@@ -93,13 +104,7 @@ class Machine:
         self.in_size, self.out_size = in_size, out_size        # bytes
         with open(elf_path, "rb") as f:
             elf = ELFFile(f)
-            for seg in elf.iter_segments():
-                if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
-                    continue
-                lo = seg["p_vaddr"] & ~0xFFF
-                hi = (seg["p_vaddr"] + seg["p_memsz"] + 0xFFF) & ~0xFFF
-                self.uc.mem_map(lo, hi - lo)
-                self.uc.mem_write(seg["p_vaddr"], seg.data() + b"\0" * (seg["p_memsz"] - seg["p_filesz"]))
+            load_segments(self.uc, elf)
             syms = elf.get_section_by_name(".symtab")
             self.entry = syms.get_symbol_by_name(prefix + "_invoke")[0]["st_value"]
             gp = syms.get_symbol_by_name("__global_pointer$")

@@ -185,16 +185,11 @@ class TextMachine:
     def __init__(self, elf_path, prefix, first_pos):
         from elftools.elf.elffile import ELFFile
         from unicorn import UC_ARCH_RISCV, UC_MODE_RISCV32, Uc
+        from .rv32 import load_segments
         self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
         with open(elf_path, "rb") as f:
             elf = ELFFile(f)
-            for seg in elf.iter_segments():
-                if seg["p_type"] != "PT_LOAD" or seg["p_memsz"] == 0:
-                    continue
-                lo = seg["p_vaddr"] & ~0xFFF
-                hi = (seg["p_vaddr"] + seg["p_memsz"] + 0xFFF) & ~0xFFF
-                self.uc.mem_map(lo, hi - lo)
-                self.uc.mem_write(seg["p_vaddr"], seg.data() + b"\0" * (seg["p_memsz"] - seg["p_filesz"]))
+            load_segments(self.uc, elf)
             syms = elf.get_section_by_name(".symtab")
             self.sym = {n: syms.get_symbol_by_name(prefix + n)[0]["st_value"]
                         for n in ("_prefill", "_decode", "_logits", "_logit_hash")}
