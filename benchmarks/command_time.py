@@ -6,7 +6,7 @@
 
 Ours: the CLI exactly as a user runs it (`python -m grpo_edge.cli.main train --config
 configs/cartpole.yaml --save-dir <tmp> --quiet --set training.seed=S`): imports, training with its
-100-episode evaluations every 2 updates until the target 475, checkpoints, metrics, curves.png, summary.
+100-episode evaluations every 2 updates until the target 475, checkpoints, metrics, curves.svg, summary.
 SB3: a script that imports stable-baselines3, trains PPO with rl-zoo's CartPole-v1 settings (as
 benchmarks/vs_sb3.py) until the same 100-episode greedy evaluation on the same held-out start states reaches
 475 (screened by 10 episodes, checked after the first update that ends 1 s of training time after the

@@ -6,7 +6,7 @@
     trainer.evaluate()
 
 The run folder holds config.yaml (resolved), metrics.jsonl (one line per step), last.pt, best.pt
-(by evaluation metric), curves.png and summary.json.
+(by evaluation metric), curves.svg and summary.json.
 """
 import json
 import os
@@ -363,7 +363,7 @@ class GRPOTrainer(Trainer):
         if self.save_dir and self.rank == 0:
             atomic_write_text(self._path("summary.json"), json.dumps(summary, indent=2))
             from grpo_edge.plots import plot_curves
-            plot_curves(self.history, self._path("curves.png"), title="%s / %s" % (self.task.name, self.policy.arch),
+            plot_curves(self.history, self._path("curves.svg"), title="%s / %s" % (self.task.name, self.policy.arch),
                         metric="eval_" + metric_name)
         return summary
 

@@ -42,7 +42,7 @@ def test_resume_is_exact(tmp_path):
 def test_run_folder_contents(tmp_path):
     tr = GRPOTrainer(config=CARTPOLE, save_dir=tmp_path, progress=False)
     summary = tr.train()
-    for name in ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "curves.png", "summary.json"):
+    for name in ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "curves.svg", "summary.json"):
         assert (tmp_path / name).exists(), name
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["metric"] == "return" and s["steps"] == 4 and s["env_steps"] > 0 and s["wall_seconds"] > 0
@@ -128,6 +128,7 @@ def test_progress_lines_in_logs_and_quiet(tmp_path, quiet):
     assert r.returncode == 0, r.stderr
     steps = [ln for ln in r.stderr.splitlines() if ln.startswith("step ")]
     assert "done: cartpole return" in r.stdout
+    assert (tmp_path / "run" / "curves.svg").read_text().startswith("<svg ")      # the CLI writes the curves
     if quiet:
         assert steps == [], r.stderr
     else:
