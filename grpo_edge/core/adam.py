@@ -47,14 +47,17 @@ class Adam(object):
         with torch.no_grad():
             for group in self.param_groups:
                 params = [p for p in group["params"] if p.grad is not None]
-                by_step = {}
+                if not params:
+                    continue
                 for p in params:
                     st = self._state(p)
-                    if torch.is_tensor(st["step"]):
-                        st["step"] += 1
-                    else:
-                        st["step"] = torch.tensor(float(st["step"]) + 1.0)
-                    by_step.setdefault(float(st["step"]), []).append(p)
+                    if not torch.is_tensor(st["step"]):
+                        st["step"] = torch.tensor(float(st["step"]))
+                steps = [self.state[p]["step"] for p in params]
+                torch._foreach_add_(steps, 1.0)
+                by_step = {}
+                for p, step in zip(params, torch.stack(steps).tolist()):      # one read of all step counts
+                    by_step.setdefault(step, []).append(p)
                 for step, ps in by_step.items():
                     self._update(group, ps, step)
         return loss

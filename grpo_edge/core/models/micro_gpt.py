@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._layers import (Attention, CompletionBuffer, FeedForward, causal_bias, init_transformer_weights,
+from ._layers import (Attention, CompletionBuffer, FeedForward, _fused_attention_ok, causal_bias, init_transformer_weights,
                       logprobs_and_entropy, merge_heads, run_checkpointed, sample_next, split_heads)
 from .spec import ExportSpec
 
@@ -140,8 +140,15 @@ class MicroGPT(nn.Module):
         self._check_len(prompt.shape[1] + max_new_tokens - 1)
         b, tp = prompt.shape
         with torch.no_grad():
-            pk, pv = self.empty_cache(b, prompt.device)
-            logits, pk, pv = self.forward_step(prompt, pk, pv)            # prefill, (B, Tp, V)
+            shared = _shared_prompts(prompt)
+            if shared is None:
+                pk, pv = self.empty_cache(b, prompt.device)
+                logits, pk, pv = self.forward_step(prompt, pk, pv)        # prefill, (B, Tp, V)
+            else:                                                         # prefill each distinct prompt once
+                prompts, row_prompt = shared
+                pk, pv = self.empty_cache(prompts.shape[0], prompt.device)
+                logits, pk, pv = self.forward_step(prompts, pk, pv)
+                logits, pk, pv = logits[row_prompt], pk[:, row_prompt], pv[:, row_prompt]
             # One preallocated cache, written in place: concatenating per token would copy the whole
             # cache every step (O(T^2) memory traffic; measured 2-3x slower at 64 tokens, see docs/results.md).
             keys = pk.new_zeros(pk.shape[:3] + (tp + max_new_tokens, pk.shape[4]))   # (L, B, H, T_max, hd)
@@ -149,41 +156,60 @@ class MicroGPT(nn.Module):
             keys[:, :, :, :tp] = pk
             values[:, :, :, :tp] = pv
             out = CompletionBuffer(b, eos_id, pad_id, prompt.device)
+            qkv_w = self._decode_weights()
             for step in range(max_new_tokens):
                 tok, logp = sample_next(logits[:, -1], temperature, greedy, generator)
                 tok = out.add(tok, logp)
                 if out.all_done() or step == max_new_tokens - 1:
                     break
-                logits = self._decode_one(tok.unsqueeze(1), keys, values, tp + step)   # (B, 1, V)
+                logits = self._decode_one(tok.unsqueeze(1), keys, values, tp + step, qkv_w)   # (B, 1, V)
             return out.result()
 
-    def _decode_one(self, idx, keys, values, t):
+    def _decode_weights(self):
+        """Per block, the q / k / v projections stacked into one (3D, D) weight and (3D,) bias: a decode
+        step then makes one projection call instead of three (taken once per generate call)."""
+        return [(torch.cat([blk.attn.q.weight, blk.attn.k.weight, blk.attn.v.weight]),
+                 torch.cat([blk.attn.q.bias, blk.attn.k.bias, blk.attn.v.bias])) for blk in self.blocks]
+
+    def _decode_one(self, idx, keys, values, t, qkv_weights):
         """One new token at position t on top of the in-place cache: idx (B, 1) -> logits (B, 1, V).
 
-        keys, values (n_layer, B, H, T_max, hd) hold positions < t and get position t written. The same
-        arithmetic as GPTBlock / Attention.forward (which a cache passed by value needs for export).
+        keys, values (n_layer, B, H, T_max, hd) hold positions < t and get position t written;
+        qkv_weights from _decode_weights(). The same arithmetic as GPTBlock / Attention.forward (which a
+        cache passed by value needs for export).
         """
         # Functional calls on the modules' own weights: the same ops as the modules, without the
         # per-call module overhead that dominates one token of a small model (dropout is off: eval mode).
         lin, ln = F.linear, F.layer_norm
+        b, d, h = idx.shape[0], self.d_model, self.n_head
+        fused = _fused_attention_ok() and not (self.training and self.attn_dropout > 0)
         x = F.embedding(idx, self.tok_emb.weight) + self.pos_emb.weight[t]   # (B, 1, D)
         x = self.drop(x) if self.training else x
         for i, block in enumerate(self.blocks):
             attn, mlp = block.attn, block.mlp
-            h = ln(x, block.ln1.normalized_shape, block.ln1.weight, block.ln1.bias, block.ln1.eps)
-            q = split_heads(lin(h, attn.q.weight, attn.q.bias), attn.n_head)   # (B, H, 1, hd)
-            keys[i, :, :, t:t + 1] = split_heads(lin(h, attn.k.weight, attn.k.bias), attn.n_head)
-            values[i, :, :, t:t + 1] = split_heads(lin(h, attn.v.weight, attn.v.bias), attn.n_head)
-            att = torch.matmul(q, keys[i, :, :, :t + 1].transpose(-2, -1)) * attn.scale   # (B, H, 1, t + 1)
-            att = torch.softmax(att, dim=-1)
-            att = attn.attn_drop(att) if self.training else att
-            y = merge_heads(torch.matmul(att, values[i, :, :, :t + 1]))      # (B, 1, D)
-            y = lin(y, attn.proj.weight, attn.proj.bias)
+            hid = ln(x, block.ln1.normalized_shape, block.ln1.weight, block.ln1.bias, block.ln1.eps)
+            qkv = lin(hid, *qkv_weights[i]).view(b, 3, h, 1, d // h)           # (B, 3, H, 1, hd)
+            keys[i, :, :, t:t + 1] = qkv[:, 1]
+            values[i, :, :, t:t + 1] = qkv[:, 2]
+            k, v = keys[i, :, :, :t + 1], values[i, :, :, :t + 1]               # (B, H, t + 1, hd)
+            if fused:
+                y = F.scaled_dot_product_attention(qkv[:, 0], k, v)             # (B, H, 1, hd)
+            else:
+                att = torch.softmax(torch.matmul(qkv[:, 0], k.transpose(-2, -1)) * attn.scale, dim=-1)
+                y = torch.matmul(attn.attn_drop(att) if self.training else att, v)
+            y = lin(y.reshape(b, 1, d), attn.proj.weight, attn.proj.bias)      # (B, 1, D)
             x = x + (attn.resid_drop(y) if self.training else y)
-            h = ln(x, block.ln2.normalized_shape, block.ln2.weight, block.ln2.bias, block.ln2.eps)
-            x = x + mlp(h)
+            hid = ln(x, block.ln2.normalized_shape, block.ln2.weight, block.ln2.bias, block.ln2.eps)
+            x = x + mlp(hid)
         x = ln(x, self.ln_f.normalized_shape, self.ln_f.weight, self.ln_f.bias, self.ln_f.eps)
         return lin(x, self.head.weight, self.head.bias)
+
+    def _packed_ok(self):
+        """The shared-prompt pass takes eager fused attention without attention dropout and without
+        gradient checkpointing; anything else takes forward() on the concatenation."""
+        if not _fused_attention_ok():
+            return False
+        return not (self.training and (self.checkpoint_interval > 0 or self.attn_dropout > 0))
 
     def sequence_logprobs(self, prompt, tokens, temperature=1.0):
         """Teacher-forced (logp (B, Tn), entropy (B, Tn)) of `tokens` (B, Tn) after `prompt` (B, Tp), with grad.
@@ -192,9 +218,54 @@ class MicroGPT(nn.Module):
         meaningless and must be masked by the caller).
         """
         tp = prompt.shape[1]
-        idx = torch.cat([prompt, tokens[:, :-1]], dim=1)                 # (B, Tp + Tn - 1)
-        logits = self.forward(idx)[:, tp - 1:]                           # (B, Tn, V), position i predicts i+1
+        shared = _shared_prompts(prompt)
+        if shared is not None and self._packed_ok():
+            logits = self._forward_shared_prompt(shared[0], shared[1], tokens[:, :-1])   # (B, Tn, V)
+        else:
+            idx = torch.cat([prompt, tokens[:, :-1]], dim=1)             # (B, Tp + Tn - 1)
+            logits = self.forward(idx)[:, tp - 1:]                       # (B, Tn, V), position i predicts i+1
         return logprobs_and_entropy(logits, tokens, temperature)
+
+    def _forward_shared_prompt(self, prompts, row_prompt, cont):
+        """Teacher forcing when rows share prompts (a GRPO group's G completions of one prompt), the idea
+        of shared-prefix GRPO: each distinct prompt runs once and only the completions run per row.
+
+        The per-token work (layer norms, projections, MLP) runs on one packed (P*Tp + B*Tc, D) matrix of
+        every distinct prompt token and every completion token: as many calls as forward(), on fewer
+        tokens. Attention runs twice per layer: the prompts causally among themselves, then each
+        completion over its prompt's keys / values (copied to its row) and its own earlier tokens: the
+        same causal attention as forward() on the concatenation, so the same logits to float rounding.
+
+        prompts (P, Tp) distinct prompts, row_prompt (B,) long: row b's prompt, cont (B, Tc) the
+        completion tokens fed back (Tc may be 0). Returns logits (B, 1 + Tc, V): the prediction of the
+        first completion token (from the prompt's last position), then one per fed-back token.
+        """
+        (n_p, tp), (b, tc) = prompts.shape, cont.shape
+        self._check_len(tp + tc)
+        np_tok, d, h = n_p * tp, self.d_model, self.n_head
+        x = torch.cat([(self.tok_emb(prompts) + self.pos_emb.weight[:tp]).reshape(np_tok, d),
+                       (self.tok_emb(cont) + self.pos_emb.weight[tp:tp + tc]).reshape(b * tc, d)])
+        x = self.drop(x)                                                          # (P*Tp + B*Tc, D)
+        bias_p, bias_c = self.causal[:, :, :tp, :tp], self.causal[:, :, tp:tp + tc, :tp + tc]
+        for block in self.blocks:
+            attn = block.attn
+            hid = block.ln1(x)
+            q, k, v = attn.q(hid), attn.k(hid), attn.v(hid)
+            yp = F.scaled_dot_product_attention(*[split_heads(t[:np_tok].view(n_p, tp, d), h) for t in (q, k, v)],
+                                                attn_mask=bias_p)                 # (P, H, Tp, hd)
+            ys = [merge_heads(yp).reshape(np_tok, d)]
+            if tc > 0:
+                qc, kc, vc = [split_heads(t[np_tok:].view(b, tc, d), h) for t in (q, k, v)]
+                kp, vp = [split_heads(t[:np_tok].view(n_p, tp, d), h)[row_prompt] for t in (k, v)]
+                yc = F.scaled_dot_product_attention(qc, torch.cat([kp, kc], 2), torch.cat([vp, vc], 2),
+                                                    attn_mask=bias_c)             # (B, H, Tc, hd)
+                ys.append(merge_heads(yc).reshape(b * tc, d))
+            y = attn.proj(torch.cat(ys))
+            x = x + (attn.resid_drop(y) if attn.resid_drop.p > 0 else y)
+            x = x + block.mlp(block.ln2(x))
+        last = x[:np_tok].view(n_p, tp, d)[:, -1:][row_prompt]                  # (B, 1, D)
+        x = torch.cat([last, x[np_tok:].view(b, tc, d)], dim=1)                  # (B, 1 + Tc, D)
+        return self.head(self.ln_f(x))
 
     def export_spec(self, batch_size=1, past_len=4):
         """The single-token decode step with the KV cache as explicit inputs and outputs.
@@ -220,6 +291,16 @@ class MicroGPT(nn.Module):
                           "past_keys": past_axes, "past_values": past_axes,
                           "present_keys": {1: "batch", 3: "present_len"},
                           "present_values": {1: "batch", 3: "present_len"}})
+
+
+def _shared_prompts(prompt):
+    """(distinct prompts (P, Tp), row_prompt (B,) long) when at most half of the B rows are distinct
+    (GRPO groups: G rows per prompt), else None: the shared-prompt paths pay off from there."""
+    b = prompt.shape[0]
+    if b < 2 or prompt.shape[1] == 0:
+        return None
+    prompts, row_prompt = torch.unique(prompt, dim=0, return_inverse=True)
+    return (prompts, row_prompt) if 2 * prompts.shape[0] <= b else None
 
 
 class _DecodeStep(nn.Module):
