@@ -1,15 +1,18 @@
 """Time to solve CartPole-v1: our GRPO recipe vs Stable-Baselines3 PPO (rl-zoo settings) (issue 7, benchmark 3).
 
     .venv/bin/python benchmarks/vs_sb3.py                               # 3 seeds each, ~3-6 min on 2 shared cores
-    .venv/bin/python benchmarks/vs_sb3.py --seeds 0 1 2 3 4 --eval-every-s 0.5 --out /tmp/sb3.json
+    .venv/bin/python benchmarks/vs_sb3.py --seeds 0 1 2 3 4 --eval-every-s 1 --out /tmp/sb3.json
 
 Ours: configs/cartpole.yaml (critic-free GRPO, 4 start states x G 8 episodes per update, reward-to-go
-advantages). SB3: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256, 20 epochs,
+advantages, clip 0.7). SB3: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256, 20 epochs,
 gamma 0.98, GAE 0.8, linear lr 1e-3 and clip 0.2 schedules over 1e5 steps, no entropy bonus).
 Same evaluation protocol for both: the SAME 100 held-out start states of our CartPole task (seeded resets),
 greedy / deterministic actions; a 10-episode screen first, the 100-episode evaluation only if the screen
-reaches 475. Evaluations run after the first update that ends --eval-every-s seconds of training time
-after the previous one (equal time resolution for both); evaluation time is excluded from the wall time.
+reaches 475. By default the evaluation runs after every update of each framework (ours: one GRPO batch
+of 32 episodes; SB3: one 256-step rollout and its 20 epochs), so each run stops at the first update that
+solves. --eval-every-s S > 0 evaluates only after the first update that ends S seconds of training time
+after the previous check (equal time resolution for both; at S = 1 the rounding is up to a second, as long
+as a whole run of ours). Evaluation time is excluded from the wall time.
 Both run 1 torch thread. Reports wall time and env steps until the 100-episode mean return >= 475.
 Writes benchmarks/results/vs_sb3.json (or --out).
 """
@@ -108,7 +111,8 @@ def main():
     worker_main(worker)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--eval-every-s", type=float, default=1.0, help="training seconds between evaluations")
+    ap.add_argument("--eval-every-s", type=float, default=0.0,
+                    help="training seconds between evaluations (0: after every update, the finest resolution)")
     ap.add_argument("--max-updates", type=int, default=150, help="cap on our GRPO updates")
     ap.add_argument("--out", default=str(RESULTS / "vs_sb3.json"))
     a = ap.parse_args()
