@@ -249,10 +249,10 @@ def test_micro_gpt_shared_prompt_teacher_forcing_matches_plain_forward(training)
     """Rows sharing prompts run each prompt once (packed pass): same logp, entropy and gradients as
     forward() on the concatenated sequences."""
     from grpo_edge.core.models._layers import logprobs_and_entropy
-    from grpo_edge.core.models.micro_gpt import _shared_prompts
+    from grpo_edge.core.models._layers import shared_rows
     m = make("micro-gpt").train(training)
     p = _grouped_prompts()
-    assert _shared_prompts(p) is not None and _shared_prompts(p)[0].shape[0] == 3
+    assert shared_rows(p) is not None and shared_rows(p)[0].shape[0] == 3
     tokens = torch.randint(0, V, (12, 5), generator=torch.Generator().manual_seed(6))
     lp, ent = m.sequence_logprobs(p, tokens)
     m.zero_grad()
@@ -269,16 +269,16 @@ def test_micro_gpt_shared_prompt_teacher_forcing_matches_plain_forward(training)
 
 
 def test_micro_gpt_distinct_prompts_take_the_plain_path():
-    from grpo_edge.core.models.micro_gpt import _shared_prompts
+    from grpo_edge.core.models._layers import shared_rows
     p = torch.arange(4 * 5).view(4, 5) % V
-    assert _shared_prompts(p) is None                             # 4 distinct rows of 4
-    assert _shared_prompts(p[:1]) is None                         # one row
-    assert _shared_prompts(torch.cat([p[:1]] * 2 + [p[1:3]])) is None   # 3 distinct of 4: not worth it
-    assert _shared_prompts(torch.cat([p[:1]] * 3 + [p[1:2]]))[0].shape == (2, 5)
+    assert shared_rows(p) is None                             # 4 distinct rows of 4
+    assert shared_rows(p[:1]) is None                         # one row
+    assert shared_rows(torch.cat([p[:1]] * 2 + [p[1:3]])) is None   # 3 distinct of 4: not worth it
+    assert shared_rows(torch.cat([p[:1]] * 3 + [p[1:2]]))[0].shape == (2, 5)
 
 
 @pytest.mark.parametrize("greedy", [False, True])
-def test_micro_gpt_generate_with_shared_prompts(greedy):
+def test_micro_gpt_generate_withshared_rows(greedy):
     """Prefill once per distinct prompt, decode with stacked q/k/v weights: the logp generate returns are
     the teacher-forced ones, and each row's tokens are those the row would get alone (greedy)."""
     m = make("micro-gpt").eval()
@@ -291,6 +291,14 @@ def test_micro_gpt_generate_with_shared_prompts(greedy):
             alone = m.generate(p[i:i + 1], 8, greedy=True, eos_id=2)[0][0]
             n = min(len(alone), tokens.shape[1])
             assert torch.equal(alone[:n], tokens[i, :n])
+
+
+def test_rows_sharing_a_prompt_keep_their_own_dropout():
+    """With dropout active, rows with the same prompt are not computed once (they would share one
+    dropout mask): micro-gpt takes the plain path in training mode then."""
+    gpt = make("micro-gpt", hidden_dropout=0.5)
+    assert not gpt.train()._packed_ok() and gpt.eval()._packed_ok()
+    assert make("micro-gpt").train()._packed_ok()                 # no dropout: shared in training too
 
 
 def test_generate_rejects_bad_arguments():

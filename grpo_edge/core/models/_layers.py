@@ -145,6 +145,18 @@ def sample_next(logits, temperature, greedy, generator):
     return tok, logp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
 
 
+def shared_rows(x):
+    """(distinct rows (P, ...), row_index (B,) long) of x (B, ...) when at most half of its B rows are
+    distinct (a GRPO batch: G rows per prompt or source), else None: from there, running each distinct
+    row once and copying its result pays for the copy. None while tracing for export (no data-dependent
+    shapes in exported graphs)."""
+    b = x.shape[0]
+    if b < 2 or x.numel() == 0 or not _fused_attention_ok():
+        return None
+    rows, index = torch.unique(x, dim=0, return_inverse=True)
+    return (rows, index) if 2 * rows.shape[0] <= b else None
+
+
 class CompletionBuffer(object):
     """Collects sampled tokens and applies the EOS / mask contract shared by the generation models.
 

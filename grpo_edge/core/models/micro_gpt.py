@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._layers import (Attention, CompletionBuffer, FeedForward, _fused_attention_ok, causal_bias, init_transformer_weights,
-                      logprobs_and_entropy, merge_heads, run_checkpointed, sample_next, split_heads)
+                      logprobs_and_entropy, merge_heads, run_checkpointed, sample_next, shared_rows, split_heads)
 from .spec import ExportSpec
 
 
@@ -140,7 +140,8 @@ class MicroGPT(nn.Module):
         self._check_len(prompt.shape[1] + max_new_tokens - 1)
         b, tp = prompt.shape
         with torch.no_grad():
-            shared = _shared_prompts(prompt)
+            dropout = self.training and (self.hidden_dropout > 0 or self.attn_dropout > 0)
+            shared = None if dropout else shared_rows(prompt)
             if shared is None:
                 pk, pv = self.empty_cache(b, prompt.device)
                 logits, pk, pv = self.forward_step(prompt, pk, pv)        # prefill, (B, Tp, V)
@@ -205,11 +206,13 @@ class MicroGPT(nn.Module):
         return lin(x, self.head.weight, self.head.bias)
 
     def _packed_ok(self):
-        """The shared-prompt pass takes eager fused attention without attention dropout and without
-        gradient checkpointing; anything else takes forward() on the concatenation."""
+        """The shared-prompt pass takes eager fused attention, no active dropout (rows sharing a prompt
+        would share its dropout masks) and no gradient checkpointing; anything else takes forward() on
+        the concatenation."""
         if not _fused_attention_ok():
             return False
-        return not (self.training and (self.checkpoint_interval > 0 or self.attn_dropout > 0))
+        return not (self.training and (self.checkpoint_interval > 0 or self.attn_dropout > 0
+                                       or self.hidden_dropout > 0))
 
     def sequence_logprobs(self, prompt, tokens, temperature=1.0):
         """Teacher-forced (logp (B, Tn), entropy (B, Tn)) of `tokens` (B, Tn) after `prompt` (B, Tp), with grad.
@@ -218,7 +221,7 @@ class MicroGPT(nn.Module):
         meaningless and must be masked by the caller).
         """
         tp = prompt.shape[1]
-        shared = _shared_prompts(prompt)
+        shared = shared_rows(prompt)
         if shared is not None and self._packed_ok():
             logits = self._forward_shared_prompt(shared[0], shared[1], tokens[:, :-1])   # (B, Tn, V)
         else:
@@ -291,16 +294,6 @@ class MicroGPT(nn.Module):
                           "past_keys": past_axes, "past_values": past_axes,
                           "present_keys": {1: "batch", 3: "present_len"},
                           "present_values": {1: "batch", 3: "present_len"}})
-
-
-def _shared_prompts(prompt):
-    """(distinct prompts (P, Tp), row_prompt (B,) long) when at most half of the B rows are distinct
-    (GRPO groups: G rows per prompt), else None: the shared-prompt paths pay off from there."""
-    b = prompt.shape[0]
-    if b < 2 or prompt.shape[1] == 0:
-        return None
-    prompts, row_prompt = torch.unique(prompt, dim=0, return_inverse=True)
-    return (prompts, row_prompt) if 2 * prompts.shape[0] <= b else None
 
 
 class _DecodeStep(nn.Module):
