@@ -110,3 +110,26 @@ def test_torchrun_cli_rank0_writes(tmp_path):
     state = torch.load(str(run / "last.pt"), weights_only=True)
     assert state["step"] == 2 and len(state["shard_states"]) == 2
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
+
+
+@pytest.mark.slow
+def test_torchrun_bad_reward_on_one_rank_stops_every_rank(tmp_path):
+    """A reward that fails on rank 1 only: every rank prints the same one-line error naming the rank and
+    exits 2 (none is left waiting in the gradient all-reduce), within seconds."""
+    (tmp_path / "rank_nan.py").write_text(
+        "import os\n\ndef reward(completion, reference, prompt):\n"
+        "    return float('nan') if os.environ.get('RANK') == '1' else 0.0\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), "-m", "grpo_edge.cli.main", "train", "-c", "configs/arithmetic.yaml", "-q",
+           "--save-dir", str(tmp_path / "run"), "--set", "training.steps=3", "--set", "training.batch_size=2",
+           "--set", "training.warm_start_epochs=0", "--set", "model.d_model=32", "--set", "model.n_layer=1",
+           "--set", "task.reward=rank_nan:reward", "--set", "training.threads=1", "--set", "training.eval_every=0"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(tmp_path) + os.pathsep + ROOT)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    out = res.stdout.decode()
+    errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
+    assert res.returncode != 0
+    assert len(errors) >= 1 and all(ln.startswith("error: rank 1: reward 'rank_nan:reward' returned nan")
+                                    for ln in errors), out[-3000:]
+    assert "terminate called" not in out and "grpo_edge/core" not in out, out[-3000:]   # no abort, no traceback of ours
+    assert not (tmp_path / "run" / "last.pt").exists()             # nothing saved from the failed step

@@ -22,6 +22,7 @@ so N processes and the 1-process twin train the same parameters up to float roun
 (tests/test_distributed.py). Not exact (local statistics, as in most DDP trainers): scale_rewards
 'batch', PPO's advantage normalisation, the bnpo / dapo / dr_grpo normalisers, the gradient penalty.
 """
+import atexit
 import os
 
 import numpy as np
@@ -46,7 +47,15 @@ def init_from_env(use_cuda=False):
         if use_cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        # leave the group at exit, also after an error: a rank that exits with the group alive can abort
+        # ("terminate called without an active exception") when a peer has gone first
+        atexit.register(_leave)
     return world()
+
+
+def _leave():
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def world():

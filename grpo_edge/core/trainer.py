@@ -31,7 +31,7 @@ from grpo_edge.core import finite
 from grpo_edge.core import losses
 from grpo_edge.core import microbatch
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
-from grpo_edge.errors import ConfigError
+from grpo_edge.errors import ConfigError, GrpoEdgeError
 
 
 def resolve_device(name):
@@ -242,9 +242,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         t0 = time.time()
         G = int(self.g["group_size"])
         self._policy_mode(False)  # sample without dropout: old_logp then matches the deterministic policy
-        ro = self._rollout(G)
-        ro.to(self.device)
-        finite.check_rollout(ro, self.step + 1)
+        ro = self._rollout_all_ranks(G)
         t_rollout = time.time() - t0
         metrics = {"reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std())}
         for name, v in ro.reward_parts.items():
@@ -280,6 +278,28 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.samples += int(metrics.pop("num_samples"))
         metrics.update({"step": self.step, "env_steps": self.env_steps, "samples": self.samples})
         return metrics
+
+    def _rollout_all_ranks(self, group_size):
+        """The rollout, checked finite; when it fails on any rank (a bad reward, a non-finite value) every
+        rank raises the same one-line error: a rank that stopped alone would leave the others waiting in
+        the gradient all-reduce (torchrun ends them; other launchers may not)."""
+        if distributed.world()[1] == 1:
+            ro = self._rollout(group_size)
+            ro.to(self.device)
+            finite.check_rollout(ro, self.step + 1)
+            return ro
+        ro, problem = None, None
+        try:
+            ro = self._rollout(group_size)
+            ro.to(self.device)
+            finite.check_rollout(ro, self.step + 1)
+        except GrpoEdgeError as e:
+            problem = (type(e), str(e))
+        bad = [(rank, p) for rank, p in enumerate(distributed.all_gather(problem)) if p is not None]
+        if bad:
+            rank, (kind, msg) = bad[0]
+            raise kind("rank %d: %s" % (rank, msg))
+        return ro
 
     def _update(self, ro, keep):
         g, t = self.g, self.t
