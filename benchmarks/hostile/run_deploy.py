@@ -45,8 +45,8 @@ def build_fixtures(repo, folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "done").exists():
         return folder
-    code = ("import shutil, sys; sys.path.insert(0, %r); from edge_fixtures import cached_checkpoint; "
-            "from text_fixtures import make_text_checkpoint; shutil.copy(str(cached_checkpoint('cartpole')), 'cp.pt'); "
+    code = ("import sys; sys.path.insert(0, %r); from edge_fixtures import make_cartpole_checkpoint; "
+            "from text_fixtures import make_text_checkpoint; make_cartpole_checkpoint('cp.pt'); "
             "make_text_checkpoint('arith.pt', 'arithmetic')" % str(Path(repo).resolve() / "tests"))
     env = dict(os.environ, PYTHONPATH=str(Path(repo).resolve()))
     subprocess.run([sys.executable, "-c", code], cwd=str(folder), env=env, check=True)
