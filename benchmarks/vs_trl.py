@@ -219,7 +219,8 @@ def main():
               "peak_rss": ratio(s_ours["peak_rss_mb"], s_trl["peak_rss_mb"]),
               "peak_above_setup": ratio(s_ours["peak_above_setup_mb"], s_trl["peak_above_setup_mb"]),
               "samples_per_cpu_s": ratio(s_ours["samples_per_cpu_s"], s_trl["samples_per_cpu_s"])}
-    rows.append(["ratio grpo-edge / TRL (goal samples/s: >= 3.5 eager, issue 14)", ratios["samples_per_s"], ratios["samples_per_cpu_s"],
+    rows.append(["ratio grpo-edge / TRL (goal samples/s: >= 3.5 eager, issue 14)",
+                 ratios["samples_per_s"], ratios["samples_per_cpu_s"],
                  ratios["peak_rss"],
                  ratios["peak_above_setup"], None, None])
     table = markdown_table(["framework", "samples/s", "samples per CPU s", "peak RSS MB", "peak above set-up MB",
