@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Optional
 
 from grpo_edge.config import Config, load_config
-from grpo_edge.core import distributed
+from grpo_edge.core import devices, distributed
 from grpo_edge.core.checkpoint import load_checkpoint, save_checkpoint
-from grpo_edge.core.trainer import Trainer, resolve_device
+from grpo_edge.core.devices import resolve_device
+from grpo_edge.core.trainer import Trainer
 from grpo_edge.errors import CheckpointError, ConfigError
 from grpo_edge.report import atomic_write_text
 
@@ -195,7 +196,9 @@ class GRPOTrainer(Trainer):
             raise ConfigError("--resume needs --save-dir (the run folder holding last.pt)")
         if not path.exists():
             raise CheckpointError("--resume: no checkpoint at %s" % path)
-        state = load_checkpoint(path, map_location=self.device)
+        # read onto the CPU: load_state_dict moves weights and optimizer state to the training device, and
+        # RNG states must stay CPU tensors (a run saved on CUDA resumes on CUDA or on the CPU)
+        state = load_checkpoint(path, map_location="cpu")
         if state.get("arch") != self.policy.arch or state.get("task") != self.task.name:
             raise CheckpointError("%s was trained with %s on %s, not %s on %s" % (
                 path, state.get("arch"), state.get("task"), self.policy.arch, self.task.name))
@@ -352,7 +355,9 @@ class GRPOTrainer(Trainer):
             "env_steps" if self.task.kind == "control" else "samples":
                 self.env_steps if self.task.kind == "control" else self.samples,
             "wall_seconds": round(wall, 2), "seed": self.config_obj.training.seed,
+            "device": str(self.device), "device_reason": self.device_reason,
         }
+        summary.update((k, round(v, 1)) for k, v in devices.peak_memory(self.device).items())
         if getattr(self, "warm_start_eval", None):
             summary["warm_start"] = self.warm_start_eval
         if self.curriculum is not None and self.curriculum.ready:

@@ -15,7 +15,7 @@ def train(
     save_dir: Optional[str] = typer.Option(None, "--save-dir", "--save_dir", help="Run folder (default runs/<task>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (CPU runs are reproducible)."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or auto."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto (default: CUDA for a model of 50k+ parameters when torch sees a GPU, else the CPU; the choice is printed), cpu or cuda."),
     amp: bool = typer.Option(False, "--amp", help="Mixed precision (fp16 + loss scaling on CUDA, bf16 on CPU)."),
     curriculum: Optional[str] = typer.Option(None, "--curriculum", help="Curriculum difficulty metric: perplexity, length or pass_rate (curriculum.metric)."),
     latent_noise: Optional[float] = typer.Option(None, "--latent-noise", help="Training-only noise on hidden layers, relative std (augment.latent_noise)."),
@@ -58,6 +58,9 @@ def train(
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     install_sigterm_handler()
     trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+    typer.echo("device: %s (%s)" % (trainer.device, trainer.device_reason), err=True)
+    for note in trainer.notes:
+        typer.echo("note: %s" % note, err=True)
     for key, old, new in getattr(trainer, "resume_changes", None) or []:
         typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
     try:

@@ -67,7 +67,10 @@ class TrainingConfig:
     warm_start_lr: float = TRAINING["warm_start_lr"]
     """Learning rate of the supervised warm start."""
     amp: bool = TRAINING["amp"]
-    """Mixed precision: fp16 with loss scaling on CUDA, bf16 autocast on CPU."""
+    """Mixed precision (autocast of the update's forward passes; weights and Adam stay fp32)."""
+    amp_dtype: str = TRAINING["amp_dtype"]
+    """AMP's half type on CUDA: 'bfloat16' (no loss scaling), 'float16' (with loss scaling), or 'auto':
+    bfloat16 where the GPU has it (compute capability 8.0+), else float16. The CPU always uses bfloat16."""
     gradient_checkpointing: int = TRAINING["gradient_checkpointing"]
     """Checkpoint every N-th block of transformer models (0 = off): less memory, more compute."""
     micro_batch_mb: int = TRAINING["micro_batch_mb"]
@@ -75,7 +78,8 @@ class TrainingConfig:
     sized from the sequence length and model width (same single optimizer update, same gradient);
     0 = no split. See grpo_edge/core/microbatch.py."""
     device: str = TRAINING["device"]
-    """'auto' (CUDA when present, else CPU), 'cpu' or 'cuda'."""
+    """'auto' (CUDA when torch sees a GPU and the model has 50k+ parameters, else the CPU; the choice and
+    its reason are printed), 'cpu' or 'cuda'. See grpo_edge/core/devices.py."""
     seed: int = TRAINING["seed"]
     """Seeds torch, numpy, Python and the task; CPU runs are reproducible."""
     threads: int = TRAINING["threads"]

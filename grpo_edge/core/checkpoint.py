@@ -190,21 +190,31 @@ def load_policy(path, map_location="cpu"):
 
 
 def rng_state():
+    """The global random streams: torch's CPU stream, each CUDA device's (once CUDA is in use), numpy's
+    and Python's, as plain tensors and lists."""
     import random
     import numpy as np
     st = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "numpy": [st[0], torch.as_tensor(st[1].astype("int64")), int(st[2]), int(st[3]), float(st[4])],
-            "python": _py_state_to_plain(random.getstate())}
+    out = {"torch": torch.get_rng_state(),
+           "numpy": [st[0], torch.as_tensor(st[1].astype("int64")), int(st[2]), int(st[3]), float(st[4])],
+           "python": _py_state_to_plain(random.getstate())}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = list(torch.cuda.get_rng_state_all())
+    return out
 
 
 def set_rng_state(state):
+    """Restore rng_state(); states loaded with map_location='cuda' are moved back to the CPU first (torch
+    takes CPU ByteTensors only). CUDA streams are restored when this machine has as many CUDA devices."""
     import random
     import numpy as np
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     n = state["numpy"]
-    np.random.set_state((n[0], n[1].numpy().astype("uint32"), n[2], n[3], n[4]))
+    np.random.set_state((n[0], n[1].cpu().numpy().astype("uint32"), n[2], n[3], n[4]))
     random.setstate(_py_state_from_plain(state["python"]))
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
 
 
 def _py_state_to_plain(st):

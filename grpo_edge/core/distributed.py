@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from grpo_edge.core import devices
 from grpo_edge.core.checkpoint import rng_state
 from grpo_edge.core.rollout import concat_rollouts
 
@@ -99,7 +100,7 @@ def average_gradients(params):
 
 
 SUM_KEYS = ("samples_per_s", "num_env_steps", "num_samples")
-MAX_KEYS = ("peak_memory_mb", "step_time", "rollout_time")
+MAX_KEYS = ("peak_memory_mb", "peak_cuda_allocated_mb", "peak_cuda_reserved_mb", "step_time", "rollout_time")
 
 
 def reduce_metrics(metrics):
@@ -179,10 +180,10 @@ class RolloutShard(object):
                 "task_state": self.task.get_state()}
 
     def set_state(self, state):
-        self.torch_state = state["torch"]
-        self.generator.set_state(state["generator"])
+        self.torch_state = state["torch"].cpu()
+        self.generator.set_state(state["generator"].cpu())
         n = state["numpy"]
-        self.numpy_state = (n[0], n[1].numpy().astype("uint32"), n[2], n[3], n[4])
+        self.numpy_state = (n[0], n[1].cpu().numpy().astype("uint32"), n[2], n[3], n[4])
         self.task.set_state(state.get("task_state", {}))
 
 
@@ -234,16 +235,16 @@ class ShardedTrainerMixin(object):
         does, and minibatch j is the union of the shards' j-th minibatches: the torchrun run's minibatch.
         """
         if not self.rollout_shards:
-            return keep[torch.randperm(len(keep), generator=self.generator).to(keep.device)]
+            return keep[devices.randperm(len(keep), self.generator).to(keep.device)]
         gens = [self.generator] + [s.generator for s in self.rollout_shards]
         n = len(keep) // len(gens)
         local_mb = mb_size // len(gens)
-        perms = [keep[k * n + torch.randperm(n, generator=g).to(keep.device)] for k, g in enumerate(gens)]
+        perms = [keep[k * n + devices.randperm(n, g).to(keep.device)] for k, g in enumerate(gens)]
         return torch.cat([p[j:j + local_mb] for j in range(0, n, local_mb) for p in perms])
 
     def _stream_state(self):
         st = rng_state()
-        return {"torch": st["torch"], "numpy": st["numpy"], "generator": self.generator.get_state(),
+        return {"torch": st["torch"], "numpy": st["numpy"], "generator": self.generator.get_state().cpu(),
                 "task_state": self.task.get_state()}
 
     def _shard_states(self):
@@ -258,9 +259,9 @@ class ShardedTrainerMixin(object):
         if self.world_size > 1 and len(shards) == self.world_size:
             own = shards[self.rank]
             n = own["numpy"]
-            torch.set_rng_state(own["torch"])
-            np.random.set_state((n[0], n[1].numpy().astype("uint32"), n[2], n[3], n[4]))
-            self.generator.set_state(own["generator"])
+            torch.set_rng_state(own["torch"].cpu())
+            np.random.set_state((n[0], n[1].cpu().numpy().astype("uint32"), n[2], n[3], n[4]))
+            self.generator.set_state(own["generator"].cpu())
             self.task.set_state(own.get("task_state", {}))
         elif self.rollout_shards and len(shards) == 1 + len(self.rollout_shards):
             for shard, st in zip(self.rollout_shards, shards[1:]):

@@ -16,8 +16,6 @@ One step, for a batch of B prompts / start states and G samples each (N = B * G)
 """
 import copy
 import math
-import resource
-import sys
 import time
 
 import numpy as np
@@ -25,29 +23,15 @@ import torch
 
 from grpo_edge.core import adam
 from grpo_edge.core import defaults
+from grpo_edge.core import devices
 from grpo_edge.core import advantages as adv_lib
 from grpo_edge.core import distributed
 from grpo_edge.core import finite
 from grpo_edge.core import losses
 from grpo_edge.core import microbatch
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
+from grpo_edge.core.devices import resolve_device  # noqa: F401  (re-exported: older imports)
 from grpo_edge.errors import ConfigError, GrpoEdgeError
-
-
-def resolve_device(name):
-    if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' asked for, but torch sees no CUDA GPU (use --device cpu)")
-    return torch.device(name)
-
-
-def peak_memory_mb(device):
-    """Peak memory of this process: CUDA allocator peak on GPU, else peak RSS (ru_maxrss)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2 ** 20
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2 ** 20 if sys.platform == "darwin" else rss / 1024.0
 
 
 def lr_lambda(schedule, warmup, total):
@@ -111,7 +95,8 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.t = defaults.complete("training", config["training"])
         self.g = defaults.complete("grpo", config["grpo"])
         self.task = task
-        self.device = resolve_device(device or self.t["device"])
+        n_params = sum(p.numel() for p in model.parameters())
+        self.device, self.device_reason = devices.choose_device(device or self.t["device"], n_params)
         self.rank, self.world_size = distributed.init_from_env(self.device.type == "cuda")
         self.device = distributed.local_device(self.device)
         self._check_sharding(self.world_size)
@@ -125,8 +110,9 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.samples = 0
         torch.manual_seed(int(self.t["seed"]))
         np.random.seed(int(self.t["seed"]))
-        self.generator = torch.Generator(device="cpu")
-        self.generator.manual_seed(int(self.t["seed"]))
+        # on the training device: the models sample their tokens there (grpo_edge/core/devices.py)
+        self.generator = devices.make_generator(self.device, self.t["seed"])
+        self.notes = []         # one-line notes for the user (a resumed run whose stream restarted, ...)
         if self.t["gradient_checkpointing"] and hasattr(model, "set_gradient_checkpointing"):
             model.set_gradient_checkpointing(int(self.t["gradient_checkpointing"]))
 
@@ -134,6 +120,11 @@ class Trainer(distributed.ShardedTrainerMixin):
         if self.t["lr_scaling"] == "sqrt":
             scale = math.sqrt(float(self.t["batch_size"]) / float(self.t["base_batch_size"]))
         self.lr = float(self.t["lr"]) * scale
+        self.amp = bool(self.t["amp"])
+        self.amp_dtype = devices.amp_dtype(self.device, self.t["amp_dtype"]) if self.amp else None
+        self.scaler = None                      # float16 on CUDA only: bfloat16 needs no loss scaling
+        if self.amp and self.device.type == "cuda" and self.amp_dtype == torch.float16:
+            self.scaler = devices.grad_scaler()
         self.critic = None
         params = list(self.policy.parameters())
         if self.g["algo"] == "ppo":
@@ -149,10 +140,6 @@ class Trainer(distributed.ShardedTrainerMixin):
             self.ref_policy = copy.deepcopy(self.policy).eval()
             for p in self.ref_policy.parameters():
                 p.requires_grad_(False)
-        self.amp = bool(self.t["amp"])
-        self.scaler = None
-        if self.amp and self.device.type == "cuda":
-            self.scaler = torch.cuda.amp.GradScaler()
         if self.world_size > 1:
             # Same parameters everywhere; rank r > 0 samples from its own streams (rank 0 keeps the seed).
             distributed.broadcast_parameters(self.policy)
@@ -166,7 +153,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         betas = (float(self.t["adam_beta1"]), float(self.t["adam_beta2"]))
         wd = float(self.t["weight_decay"])
         eps = float(self.t["adam_eps"])
-        if self.t["amp"] and self.device.type == "cuda":     # GradScaler drives torch.optim's
+        if self.scaler is not None:     # GradScaler drives torch.optim's
             if wd > 0:
                 return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
             return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
@@ -197,9 +184,7 @@ class Trainer(distributed.ShardedTrainerMixin):
     def _autocast(self):
         if not self.amp:
             return _NullContext()
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.float16)
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------ advantages
     def compute_advantages(self, ro):
@@ -268,10 +253,10 @@ class Trainer(distributed.ShardedTrainerMixin):
         metrics.update({
             "step_time": dt, "rollout_time": t_rollout, "steps_per_s": 1.0 / max(dt, 1e-9),
             "samples_per_s": len(ro) / max(dt, 1e-9), "lr": self.scheduler.get_last_lr()[0],
-            "peak_memory_mb": peak_memory_mb(self.device),
             "completion_len": float(ro.mask.sum(1).mean()),
             "num_env_steps": ro.num_env_steps, "num_samples": len(ro),
         })
+        metrics.update(devices.peak_memory(self.device))
         metrics = distributed.reduce_metrics(metrics)      # all ranks' view; unchanged in one process
         self.step += 1
         self.env_steps += int(metrics.pop("num_env_steps"))
@@ -474,8 +459,9 @@ class Trainer(distributed.ShardedTrainerMixin):
             "samples": self.samples, "warm_started": self.warm_started,
             "best_metric": self.best_metric, "metrics": dict((k, v) for k, v in self.last_eval.items()
                                                              if isinstance(v, (int, float))),
-            "rng": rng_state(), "generator": self.generator.get_state(), "task_state": self.task.get_state(),
+            "rng": rng_state(), "task_state": self.task.get_state(),
         }
+        state["generator"], state["generator_device"] = devices.generator_state(self.generator)
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         if self.ref_policy is not None:
@@ -497,7 +483,9 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.warm_started = bool(state.get("warm_started", False))
         self.best_metric = state.get("best_metric")
         set_rng_state(state["rng"])
-        self.generator.set_state(state["generator"])
+        note = devices.set_generator_state(self.generator, state["generator"], state.get("generator_device"))
+        if note:
+            self.notes.append(note)
         self.task.set_state(state.get("task_state", {}))
         if self.critic is not None and "critic" in state:
             self.critic.load_state_dict(state["critic"])

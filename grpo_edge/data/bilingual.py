@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from grpo_edge.core import devices
 from grpo_edge.core.tokenizer import PAD, CharTokenizer
 from grpo_edge.data.back_translation import read_mono, synthetic_pairs
 from grpo_edge.data.text_files import read_lines
@@ -260,7 +261,7 @@ class BilingualPairLoader(object):
         """One epoch over `split` in batches (the last may be smaller); shuffled with `generator`."""
         data = self.pairs(split)
         bs = batch_size or self.batch_size
-        order = torch.randperm(len(data), generator=generator).tolist() if shuffle else range(len(data))
+        order = devices.randperm(len(data), generator).tolist() if shuffle else range(len(data))
         order = list(order)
         for i in range(0, len(order), bs):
             yield self.collate([data[j] for j in order[i:i + bs]])

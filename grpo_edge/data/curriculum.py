@@ -24,6 +24,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from grpo_edge.core import devices
 from grpo_edge.errors import ConfigError
 
 METRICS = ("perplexity", "length", "pass_rate")
@@ -118,7 +119,7 @@ class Curriculum(object):
         if self.metric != "length" and policy is None:
             raise ConfigError("curriculum metric %r needs the policy to score items" % self.metric)
         d = difficulties(task, policy, self.metric, self.samples, generator)
-        tie = torch.randperm(n, generator=generator).numpy()                   # equal difficulty: random order
+        tie = devices.randperm(n, generator).numpy()                   # equal difficulty: random order
         self.set_order(torch.from_numpy(np.lexsort((tie, d.double().numpy()))))
         self.difficulty_range = (float(d.min()), float(d.max()))
 
@@ -136,13 +137,13 @@ class Curriculum(object):
         self.calls += 1
         self.batch_stage = min(self.stage, self.stages - 1)                      # what this batch is logged as
         if self.stage >= self.stages:                                            # done: uniform
-            return torch.randint(len(self.order), (num_groups,), generator=generator).tolist()
+            return devices.randint(len(self.order), (num_groups,), generator).tolist()
         new = self.bin(self.stage)
         n_new = num_groups if self.stage == 0 else max(1, int(round(self.new_fraction * num_groups)))
-        pick = new[torch.randint(len(new), (n_new,), generator=generator)]
+        pick = new[devices.randint(len(new), (n_new,), generator)]
         if n_new < num_groups:
             old = self.order[:self.bounds[self.stage]]
-            pick = torch.cat([pick, old[torch.randint(len(old), (num_groups - n_new,), generator=generator)]])
+            pick = torch.cat([pick, old[devices.randint(len(old), (num_groups - n_new,), generator)]])
         self._newest = set(new.tolist())
         return pick.tolist()
 

@@ -69,6 +69,18 @@ def rss_bytes():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
+def private_bytes():
+    """The process's private resident memory now: RssAnon + RssShmem (Linux /proc/self/status), i.e. RSS
+    without the pages of mapped files (shared libraries: torch's and CUDA's run to hundreds of MB, are
+    shared with other processes and can be dropped and re-read by the kernel). Falls back to rss_bytes()."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return sum(int(fields[k].split()[0]) * 1024 for k in ("RssAnon", "RssShmem"))
+    except (OSError, ValueError, KeyError, IndexError):
+        return rss_bytes()
+
+
 # ---------------------------------------------------------------------------------------------- config
 def load_online_config(path=None, overrides=None):
     """Defaults < config file (JSON; YAML when PyYAML imports) < overrides ['section.key=value', ...]."""

@@ -33,10 +33,11 @@ import warnings
 import torch
 
 from grpo_edge.core.checkpoint import load_checkpoint, load_policy, save_checkpoint
-from grpo_edge.core.trainer import Trainer, resolve_device
+from grpo_edge.core.devices import resolve_device
+from grpo_edge.core.trainer import Trainer
 from grpo_edge.core.finite import weights_problem
 from grpo_edge.errors import ConfigError, GrpoEdgeError, NonFiniteError
-from grpo_edge.online.config import ONLINE_KEYS, load_online_config, parse_memory, rss_bytes
+from grpo_edge.online.config import ONLINE_KEYS, load_online_config, parse_memory, private_bytes, rss_bytes
 
 MAX_NONFINITE_IN_A_ROW = 10
 
@@ -60,7 +61,7 @@ class OnlineRunner(object):
         t = cfg["training"]
         self.device = resolve_device(t["device"])
         if t["amp"] == "auto":
-            t["amp"] = self.device.type == "cuda"          # fp16 autocast + loss scaling on CUDA only
+            t["amp"] = self.device.type == "cuda"          # on CUDA only (training.amp_dtype: bf16 where the GPU has it)
         if self.device.type == "cuda" and hasattr(torch.cuda, "set_per_process_memory_fraction"):
             total = torch.cuda.get_device_properties(self.device).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, self.budget / float(total)), self.device)
@@ -255,21 +256,31 @@ class OnlineRunner(object):
                   % (rec["update"], rec["decision"], s["return"], c["return"], rec["margin"], self.version))
         return rec
 
-    def check_memory(self, rss):
-        if rss <= self.budget:
+    def memory_used(self):
+        """Bytes counted against online.max_memory: the process's private resident memory (RSS less
+        mapped library files, online/config.py:private_bytes) plus, on CUDA, what torch's allocator holds
+        on the GPU (a Jetson's GPU shares the board's RAM, so both come out of the same budget)."""
+        used = private_bytes()
+        if self.device.type == "cuda":
+            used += torch.cuda.memory_reserved(self.device)
+        return used
+
+    def check_memory(self, used):
+        if used <= self.budget:
             return
         self.task.shrink()
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        after = rss_bytes()
+        after = self.memory_used()
         self._log("decisions.jsonl", {"event": "memory", "update": self.counters["update"],
-                                      "rss_mb": rss / 2.0 ** 20, "after_shrink_mb": after / 2.0 ** 20})
+                                      "memory_mb": used / 2.0 ** 20, "after_shrink_mb": after / 2.0 ** 20})
         if after > self.budget:
             self.save_state()
-            raise GrpoEdgeError("process RSS %.0f MB is over online.max_memory (%.0f MB) even after dropping the "
-                                "buffers; lower training.batch_size / grpo.group_size or raise max_memory"
-                                % (after / 2.0 ** 20, self.budget / 2.0 ** 20))
+            raise GrpoEdgeError("process RSS (private pages%s) %.0f MB is over online.max_memory (%.0f MB) even "
+                                "after dropping the buffers; lower training.batch_size / grpo.group_size or raise "
+                                "max_memory" % (" + CUDA allocator" if self.device.type == "cuda" else "", after / 2.0 ** 20,
+                                   self.budget / 2.0 ** 20))
 
     def _on_signal(self, signum, frame):
         self.stop = True
@@ -293,15 +304,18 @@ class OnlineRunner(object):
                     continue
                 self._nonfinite_in_a_row = 0
                 self.counters["update"] = u = self.trainer.step
-                rss = rss_bytes()
-                self._log("metrics.jsonl", {"update": u, "reward_mean": m["reward_mean"], "loss": m.get("loss"),
-                                            "episodes": self.task.episodes, "served_version": self.version,
-                                            "rss_mb": rss / 2.0 ** 20, "step_time": m["step_time"]})
+                used = self.memory_used()
+                rec = {"update": u, "reward_mean": m["reward_mean"], "loss": m.get("loss"),
+                       "episodes": self.task.episodes, "served_version": self.version,
+                       "rss_mb": rss_bytes() / 2.0 ** 20, "memory_mb": used / 2.0 ** 20, "step_time": m["step_time"]}
+                if self.device.type == "cuda":       # memory_mb counts the GPU allocator's share too
+                    rec["cuda_reserved_mb"] = torch.cuda.memory_reserved(self.device) / 2.0 ** 20
+                self._log("metrics.jsonl", rec)
                 if u % self.o["gate_every"] == 0:
                     self.gate()
                 elif u % self.o["checkpoint_every"] == 0:
                     self.save_state()
-                self.check_memory(rss)
+                self.check_memory(used)
             else:
                 reason = "signal"
         except StreamEnded:

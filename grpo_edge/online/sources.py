@@ -49,7 +49,7 @@ def _rng_to_plain(rng):
 
 
 def _rng_from_plain(rng, r):
-    rng.set_state((r[0], r[1].numpy().astype("uint32"), r[2], r[3], r[4]))
+    rng.set_state((r[0], r[1].cpu().numpy().astype("uint32"), r[2], r[3], r[4]))
 
 
 def policy_logprobs(policy, obs, actions):

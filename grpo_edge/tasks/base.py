@@ -59,7 +59,7 @@ class Task:
     def set_state(self, state: dict) -> None:
         if state and "rng" in state and getattr(self, "_rng", None) is not None:
             r = state["rng"]
-            self._rng.set_state((r[0], r[1].numpy().astype("uint32"), r[2], r[3], r[4]))
+            self._rng.set_state((r[0], r[1].cpu().numpy().astype("uint32"), r[2], r[3], r[4]))
 
     # --- evaluation / deploy ----------------------------------------------------------------
     def evaluate(self, policy, split: str = "test", n: int = 0) -> Dict[str, float]:

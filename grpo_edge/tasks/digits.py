@@ -6,6 +6,7 @@ baseline turns this into a low-variance classification signal without a cross-en
 import numpy as np
 import torch
 
+from grpo_edge.core import devices
 from grpo_edge.core.rollout import Rollout
 from grpo_edge.tasks.base import Task
 
@@ -48,7 +49,7 @@ class DigitsTask(Task):
         with torch.no_grad():
             logp_all = torch.log_softmax(policy(x), dim=-1)              # (B, 10)
             probs = logp_all.exp().repeat_interleave(group_size, 0)      # (N, 10), group-major
-            a = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            a = devices.multinomial(probs, generator)                      # (N,)
             lp = logp_all.repeat_interleave(group_size, 0).gather(-1, a[:, None]).squeeze(-1)
         reward = (a == y.repeat_interleave(group_size)).float()
         return Rollout(actions=a[:, None], mask=torch.ones_like(lp)[:, None], old_logp=lp[:, None],
@@ -60,6 +61,11 @@ class DigitsTask(Task):
         logp = logp_all.gather(-1, rollout.actions).reshape(-1, 1)            # (N, 1)
         entropy = -(logp_all.exp() * logp_all).sum(-1, keepdim=True)
         return logp, entropy
+
+    def values(self, critic, rollout):
+        """PPO mode: the critic's value (N, 1) of each image (a lite-resnet with out_dim=1); one step per
+        episode, so PPO's advantage is the reward minus this baseline."""
+        return critic(rollout.inputs["x"]).reshape(-1, 1)
 
     def evaluate(self, policy, split="test", n=0):
         x, y = (self.x_test, self.y_test) if split == "test" else (self.x_train, self.y_train)

@@ -11,6 +11,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 import torch
 
+from grpo_edge.core import devices
 from grpo_edge.core.rollout import Rollout
 from grpo_edge.core.tokenizer import EOS
 from grpo_edge.errors import ConfigError
@@ -97,8 +98,7 @@ class TextTask(Task):
         if self.sampler is not None:                  # e.g. a curriculum (grpo_edge.data.curriculum)
             idx = self.sampler.sample(num_groups, generator)
         else:
-            idx = torch.randint(len(self.train_problems), (num_groups,), generator=generator,
-                                device=generator.device if generator is not None else "cpu").tolist()
+            idx = devices.randint(len(self.train_problems), (num_groups,), generator).tolist()
         problems = [self.train_problems[i] for i in idx for _ in range(group_size)]   # sample i -> group i // G
         prompts = [p for p, _ in problems]
         refs = [r for _, r in problems]
@@ -138,7 +138,7 @@ class TextTask(Task):
 
     def warm_start_batches(self, batch_size: int, generator: torch.Generator):
         """One shuffled epoch over the train problems: {input_key: (B, L), "target": (B, T), "target_mask": (B, T)}."""
-        order = torch.randperm(len(self.train_problems), generator=generator).tolist()
+        order = devices.randperm(len(self.train_problems), generator).tolist()
         for i in range(0, len(order), batch_size):
             chunk = [self.train_problems[j] for j in order[i:i + batch_size]]
             target, target_mask = self.encode_targets([r for _, r in chunk])

@@ -70,6 +70,15 @@ class ZhEnNumbersTask(TextTask):
         self.src_len = self.loader.src_len
         self.max_new_tokens = cfg_get(cfg, "max_new_tokens", self.loader.tgt_len, int, 1)
 
+    def values(self, critic, rollout):
+        """PPO mode: the critic's value (N, Tn) before each output token: a tiny-transformer with out_dim=1,
+        teacher-forced like logprobs (position i sees the source and the tokens before i)."""
+        import torch
+        from grpo_edge.core.tokenizer import BOS
+        src, tokens = rollout.inputs[self.input_key], rollout.actions
+        bos = torch.full((tokens.shape[0], 1), BOS, dtype=torch.long, device=tokens.device)
+        return critic(src, torch.cat([bos, tokens[:, :-1]], dim=1))[:, :, 0]               # (N, Tn)
+
     def encode_inputs(self, texts):
         """Sources -> (B, src_len) long, right-padded with PAD."""
         return self.loader.encode_src(texts)

@@ -14,6 +14,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils import checkpoint as _ckpt
 
+from grpo_edge.core import devices
+
 # Additive mask value. Finite (not -inf) so that a row whose keys are all masked (an all-pad source)
 # gives a uniform softmax instead of NaN, and small enough to stay finite in fp16 (TensorRT on Jetson).
 MASK_VALUE = -1e4
@@ -141,7 +143,7 @@ def sample_next(logits, temperature, greedy, generator):
     if greedy:
         tok = logp_all.argmax(-1)
     else:
-        tok = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+        tok = devices.multinomial(logp_all.exp(), generator)            # on the logits' device
     return tok, logp_all.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
 
 
