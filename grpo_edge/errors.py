@@ -21,5 +21,9 @@ class TargetError(GrpoEdgeError):
     """Unknown target, or a model that does not fit / cannot run on the target."""
 
 
+class OutOfMemoryError(GrpoEdgeError):
+    """A training step needed more memory than the device (or training.max_memory) allows."""
+
+
 class NonFiniteError(GrpoEdgeError):
     """A reward, loss, gradient or weight became NaN / inf during training (nothing non-finite is saved)."""

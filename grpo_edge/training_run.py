@@ -20,7 +20,7 @@ from grpo_edge.core import devices, distributed
 from grpo_edge.core.checkpoint import load_checkpoint, save_checkpoint
 from grpo_edge.core.devices import resolve_device
 from grpo_edge.core.trainer import Trainer
-from grpo_edge.errors import CheckpointError, ConfigError
+from grpo_edge.errors import CheckpointError, ConfigError, OutOfMemoryError
 from grpo_edge.report import atomic_write_text
 
 
@@ -270,7 +270,7 @@ class GRPOTrainer(Trainer):
                     self.save("warm_start.pt")
                 self._in_steps = True
                 while self.step < t_cfg.steps:
-                    m = self.train_step()
+                    m = self._train_step_within_memory()
                     done = self.step >= t_cfg.steps
                     if (t_cfg.eval_every and self.step % t_cfg.eval_every == 0) or done:
                         ev = self.evaluate()
@@ -308,6 +308,25 @@ class GRPOTrainer(Trainer):
             if self._tb is not None:
                 self._tb.close()
         return self.finish(time.time() - start)
+
+    def _train_step_within_memory(self):
+        """train_step, with an allocator's out-of-memory error turned into one line that says what to change."""
+        try:
+            return self.train_step()
+        except Exception as e:  # only an allocator's out-of-memory error is translated
+            if not devices.is_out_of_memory(e):
+                raise
+        import gc
+        gc.collect()
+        if self.device.type == "cuda":
+            import torch
+            torch.cuda.empty_cache()
+        within = (" within training.max_memory %s" % self.config_obj.training.max_memory
+                  if self.memory_budget else "")
+        raise OutOfMemoryError(
+            "step %d ran out of %s memory%s: lower training.batch_size, grpo.group_size or training.micro_batch_mb, "
+            "or set training.gradient_checkpointing; last.pt holds the last saved step (continue with --resume)"
+            % (self.step + 1, self.device.type.upper() if self.device.type == "cuda" else "host", within))
 
     def _open_run_folder(self):
         """Rank 0 writes config.yaml into the save dir (and opens TensorBoard when asked)."""

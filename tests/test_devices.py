@@ -159,3 +159,57 @@ def test_cuda_resume_continues_the_same_stream(tmp_path):
     assert [m["reward_mean"] for m in full.history][2:] == [m["reward_mean"] for m in resumed.history][2:]
     for a, b in zip(full.policy.parameters(), resumed.policy.parameters()):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- memory budget
+BIG = ["model.d_model=256", "model.n_layer=4", "model.n_head=4", "training.device=cpu", "training.warm_start_epochs=0"]
+
+
+def test_max_memory_refuses_a_model_whose_state_cannot_fit():
+    with pytest.raises(ConfigError, match=r"training.max_memory 40 MB: the weights, gradients and Adam moments "
+                                          r"need 48 MB"):
+        GRPOTrainer(config=str(ROOT / "configs" / "arithmetic.yaml"), overrides=BIG + ["training.max_memory=40M"],
+                    progress=False)
+    r = cli("train", "--max-memory", "lots", "--quiet", "--save-dir", "/nonexistent-never-written")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: training.max_memory must be a size such as 4G or 800M, got 'lots'"]
+
+
+def test_max_memory_sizes_the_activation_budget():
+    tr = GRPOTrainer(config=str(ROOT / "configs" / "arithmetic.yaml"), overrides=BIG + ["training.max_memory=160M"],
+                     progress=False)
+    state = devices.training_state_bytes([tr.policy])
+    assert tr.t["micro_batch_mb"] == int(0.5 * (160 * 2 ** 20 - state) / 2 ** 20)       # half of what is left
+    roomy = GRPOTrainer(config=str(ROOT / "configs" / "arithmetic.yaml"), overrides=BIG + ["training.max_memory=8G"],
+                        progress=False)
+    assert roomy.t["micro_batch_mb"] == 128                                             # never above the setting
+    m = tr.train_step()
+    assert m["loss"] == m["loss"]
+
+
+def test_checkpointing_buys_larger_micro_batches():
+    from grpo_edge.core import microbatch
+    from grpo_edge.core.models import build_model
+    model = build_model("micro-gpt", vocab_size=20, d_model=64, n_layer=6, n_head=4, max_len=32)
+    plain = microbatch.floats_per_token(model, 24)
+    model.set_gradient_checkpointing(2)
+    assert microbatch.floats_per_token(model, 24) < 0.7 * plain
+
+
+def test_out_of_memory_is_one_line(tmp_path):
+    """A real allocator failure (the CPU's, for a tensor of a petabyte) inside a step: one line, what to change."""
+    from grpo_edge.errors import OutOfMemoryError
+    cfg = {"task": {"name": "cartpole"}, "training": {"steps": 2, "batch_size": 2, "eval_every": 0, "device": "cpu"},
+           "grpo": {"group_size": 2}}
+    tr = GRPOTrainer(config=cfg, save_dir=tmp_path, progress=False)
+    tr.train_step = lambda: torch.empty(2 ** 50)
+    with pytest.raises(OutOfMemoryError, match=r"^step 1 ran out of host memory: lower training.batch_size"):
+        tr.train()
+
+
+@need_gpu
+def test_max_memory_caps_the_cuda_allocator():
+    tr = GRPOTrainer(config=str(ROOT / "configs" / "arithmetic.yaml"), progress=False,
+                     overrides=["training.device=cuda", "training.max_memory=2G", "training.warm_start_epochs=0"])
+    tr.train_step()
+    assert torch.cuda.max_memory_reserved() <= 2 * 2 ** 30

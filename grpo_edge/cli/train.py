@@ -16,7 +16,8 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (CPU runs are reproducible)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto (default: CUDA for a model of 50k+ parameters when torch sees a GPU, else the CPU; the choice is printed), cpu or cuda."),
-    amp: bool = typer.Option(False, "--amp", help="Mixed precision (fp16 + loss scaling on CUDA, bf16 on CPU)."),
+    amp: bool = typer.Option(False, "--amp", help="Mixed precision: bf16 autocast (CUDA with bf16, and the CPU), else fp16 + loss scaling (training.amp_dtype)."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="Memory budget, e.g. 4G for a 4 GB card (training.max_memory): refused up front if the model's training state cannot fit; caps the CUDA allocator."),
     curriculum: Optional[str] = typer.Option(None, "--curriculum", help="Curriculum difficulty metric: perplexity, length or pass_rate (curriculum.metric)."),
     latent_noise: Optional[float] = typer.Option(None, "--latent-noise", help="Training-only noise on hidden layers, relative std (augment.latent_noise)."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="Local teacher checkpoint for synthetic-data distillation (distill.teacher)."),
@@ -37,6 +38,8 @@ def train(
         overrides.append("training.device=%s" % device)
     if amp:
         overrides.append("training.amp=true")
+    if max_memory is not None:
+        literals["training.max_memory"] = max_memory
     if curriculum is not None:
         overrides.append("curriculum.metric=%s" % curriculum)
     if latent_noise is not None:

@@ -77,6 +77,11 @@ class TrainingConfig:
     """Activation memory budget of one forward/backward, MB: each minibatch is split into micro-batches
     sized from the sequence length and model width (same single optimizer update, same gradient);
     0 = no split. See grpo_edge/core/microbatch.py."""
+    max_memory: Optional[str] = TRAINING["max_memory"]
+    """A memory budget for the run, e.g. '4G' for a 4 GB card: refused up front when the weights, gradients and
+    Adam moments alone do not fit; otherwise the activation budget (micro_batch_mb) is sized to what they
+    leave, and on CUDA torch's allocator is capped at it (a step over it stops with a one-line error).
+    null = no budget. See grpo_edge/core/devices.py."""
     device: str = TRAINING["device"]
     """'auto' (CUDA when torch sees a GPU and the model has 50k+ parameters, else the CPU; the choice and
     its reason are printed), 'cpu' or 'cuda'. See grpo_edge/core/devices.py."""

@@ -14,6 +14,27 @@ import torch
 _HAS_LERP = hasattr(torch, "_foreach_lerp_")
 
 
+# The update's temporaries (Adam's denominator, L2 decay's grad + wd * w) are as large as the tensors updated
+# at once: updating in chunks of at most this many elements (16 MB of fp32) keeps them from adding a fourth
+# copy of the weights to the peak (85M-parameter micro-gpt on an H200: the peak was weights + grads + two
+# moments + one weight-sized denominator, docs/results.md). Small models are one chunk, as before.
+CHUNK_NUMEL = 1 << 22
+
+
+def _chunks(params, max_numel):
+    """params split, in order, into runs of at most max_numel elements (a larger tensor is a run alone)."""
+    run, size = [], 0
+    for p in params:
+        n = p.numel()
+        if run and size + n > max_numel:
+            yield run
+            run, size = [], 0
+        run.append(p)
+        size += n
+    if run:
+        yield run
+
+
 class Adam(object):
     """Adam (L2 weight decay) or, with decoupled=True, AdamW. No amsgrad, no maximize."""
 
@@ -59,7 +80,8 @@ class Adam(object):
                 for p, step in zip(params, torch.stack(steps).tolist()):      # one read of all step counts
                     by_step.setdefault(step, []).append(p)
                 for step, ps in by_step.items():
-                    self._update(group, ps, step)
+                    for chunk in _chunks(ps, CHUNK_NUMEL):
+                        self._update(group, chunk, step)
         return loss
 
     def _update(self, group, params, step):

@@ -32,6 +32,7 @@ TRAINING = {
     "amp_dtype": "auto",
     "gradient_checkpointing": 0,
     "micro_batch_mb": 128,
+    "max_memory": None,
     "device": "auto",
     "seed": 0,
     "threads": 0,

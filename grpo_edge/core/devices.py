@@ -147,6 +147,68 @@ def grad_scaler():
 
 
 # ---------------------------------------------------------------------------------------------- memory
+def parse_size(value, where):
+    """'4G', '800M', '1.5GB', 65536 -> bytes; a ConfigError naming `where` otherwise."""
+    s = str(value).strip().upper().rstrip("B")
+    mult = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}.get(s[-1:], 1)
+    try:
+        n = float(s[:-1] if s[-1:] in ("K", "M", "G") else s) * mult
+    except ValueError:
+        n = -1
+    if not n > 0 or n == float("inf"):
+        from grpo_edge.errors import ConfigError
+        raise ConfigError("%s must be a size such as 4G or 800M, got %r" % (where, value))
+    return int(n)
+
+
+# what training keeps besides the activations, per trainable parameter: fp32 weight, gradient and Adam's
+# two moments (AMP autocasts activations only: the weights and Adam stay fp32)
+STATE_BYTES_PER_PARAMETER = 16
+# the reserve for the rollout (KV cache, logits), the Adam update's chunk and the allocator's rounding,
+# measured on an H200 as reserved minus allocated peaks: 13-28% of the allocated peak (benchmarks/gpu_check.py)
+ACTIVATION_SHARE = 0.5
+
+
+def training_state_bytes(modules_trained, modules_frozen=()):
+    """Bytes of weights + gradients + Adam moments of the trained modules, plus the frozen ones' weights."""
+    n = sum(p.numel() for m in modules_trained if m is not None for p in m.parameters())
+    frozen = sum(p.numel() for m in modules_frozen if m is not None for p in m.parameters())
+    return STATE_BYTES_PER_PARAMETER * n + 4 * frozen
+
+
+def micro_batch_budget_mb(budget, state_bytes, micro_batch_mb, where="training.max_memory"):
+    """The activation budget (training.micro_batch_mb) that keeps a run inside `budget` bytes: half of what
+    the training state leaves (the rest is the rollout's and the allocator's), never above the configured
+    one. A ConfigError when the state alone leaves less than 64 MB."""
+    left = budget - state_bytes
+    if left < 64 * 2 ** 20:
+        from grpo_edge.errors import ConfigError
+        raise ConfigError("%s %.0f MB: the weights, gradients and Adam moments need %.0f MB, which leaves %.0f MB "
+                          "for activations (64 MB at least); use a smaller model or raise %s"
+                          % (where, budget / 2.0 ** 20, state_bytes / 2.0 ** 20, max(0, left) / 2.0 ** 20, where))
+    fit = max(1, int(ACTIVATION_SHARE * left / 2 ** 20))
+    return min(fit, int(micro_batch_mb)) if int(micro_batch_mb) > 0 else fit
+
+
+def cap_cuda_memory(device, budget):
+    """Cap torch's CUDA allocator at `budget` bytes on `device` (the allocator frees its cache and retries
+    before it raises); returns the fraction of the card set."""
+    total = torch.cuda.get_device_properties(device).total_memory
+    frac = min(1.0, budget / float(total))
+    torch.cuda.set_per_process_memory_fraction(frac, device)
+    return frac
+
+
+def is_out_of_memory(exc):
+    """True for an allocator's out-of-memory error (CUDA's, or the CPU's 'not enough memory')."""
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    msg = str(exc)
+    return isinstance(exc, RuntimeError) and any(s in msg for s in ("out of memory", "not enough memory",
+                                                                      "can't allocate memory"))
+
+
 def peak_memory(device):
     """Peak memory of this process on `device`, in MB: {'peak_memory_mb': ...}, plus for CUDA the caching
     allocator's peaks: 'peak_cuda_allocated_mb' (tensors) and 'peak_cuda_reserved_mb' (what the process

@@ -12,7 +12,9 @@ what a pre-LN transformer keeps for backward, in fp32:
 
 (16 * width: layer-norm inputs, q, k, v, attention output and projection, the 4x MLP hidden and its
 activation; 2 * n_head * tokens: attention scores and their softmax; 3 * out_width: the logits,
-log-softmax and softmax); an MLP keeps 2 * hidden per layer. Small models (the CartPole MLP) fit in one
+log-softmax and softmax); an MLP keeps 2 * hidden per layer. With gradient checkpointing every k-th block
+keeps only its input (width) and one block at a time is recomputed in backward, so the same budget takes
+larger micro-batches: checkpointing turns into fewer passes at the same memory. Small models (the CartPole MLP) fit in one
 micro-batch and run as before; convolutional models have no estimate and are not split; the seed-size
 micro-gpt at 256 samples x 72 tokens splits into pieces of ~15 samples.
 """
@@ -38,7 +40,12 @@ def floats_per_token(policy, tokens):
     if cfg.get("d_model"):
         width, n_head = int(cfg["d_model"]), int(cfg.get("n_head") or cfg.get("nhead") or 1)
         n_layer = int(cfg.get("n_layer") or cfg.get("num_layers") or 1)
-        return n_layer * (16 * width + 2 * n_head * tokens) + 3 * out
+        per_layer = 16 * width + 2 * n_head * tokens
+        k = int(getattr(policy, "checkpoint_interval", 0) or 0)
+        if k > 0:       # gradient checkpointing: every k-th block keeps only its input, one is recomputed at a time
+            ckpt = (n_layer + k - 1) // k
+            return (n_layer - ckpt) * per_layer + ckpt * width + per_layer + 3 * out
+        return n_layer * per_layer + 3 * out
     if cfg.get("hidden"):
         return int(cfg.get("num_layers") or 2) * 2 * int(cfg["hidden"]) + 3 * out
     return None

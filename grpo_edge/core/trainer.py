@@ -140,6 +140,9 @@ class Trainer(distributed.ShardedTrainerMixin):
             self.ref_policy = copy.deepcopy(self.policy).eval()
             for p in self.ref_policy.parameters():
                 p.requires_grad_(False)
+        self.memory_budget = None
+        if self.t["max_memory"]:
+            self._apply_memory_budget(self.t["max_memory"])
         if self.world_size > 1:
             # Same parameters everywhere; rank r > 0 samples from its own streams (rank 0 keeps the seed).
             distributed.broadcast_parameters(self.policy)
@@ -159,6 +162,15 @@ class Trainer(distributed.ShardedTrainerMixin):
             return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
         # multi-tensor Adam without torch.optim: no torch._dynamo import (seconds of start-up)
         return adam.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, decoupled=wd > 0)
+
+    def _apply_memory_budget(self, size):
+        """training.max_memory: refuse a model whose training state does not fit, size the micro-batches'
+        activation budget to what it leaves, and cap the CUDA allocator."""
+        self.memory_budget = devices.parse_size(size, "training.max_memory")
+        state = devices.training_state_bytes([self.policy, self.critic], [self.ref_policy])
+        self.t["micro_batch_mb"] = devices.micro_batch_budget_mb(self.memory_budget, state, self.t["micro_batch_mb"])
+        if self.device.type == "cuda":
+            devices.cap_cuda_memory(self.device, self.memory_budget)
 
     def _build_critic(self):
         if self.task.kind == "control":

@@ -48,15 +48,8 @@ SECTIONS = ("online", "training", "grpo", "model")
 
 def parse_memory(value):
     """'1.5G', '800M', '65536' -> bytes."""
-    s = str(value).strip().upper().rstrip("B")
-    mult = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}.get(s[-1:], 1)
-    try:
-        n = float(s[:-1] if s[-1:] in "KMG" else s) * mult
-    except ValueError:
-        n = -1
-    if n <= 0:
-        raise ConfigError("online.max_memory must be a size such as 1.5G or 800M, got %r" % (value,))
-    return int(n)
+    from grpo_edge.core.devices import parse_size
+    return parse_size(value, "online.max_memory")
 
 
 def rss_bytes():
