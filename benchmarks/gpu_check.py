@@ -284,7 +284,8 @@ def part_online(rep, work):
     rep.case("online/cartpole/kill9", case_online, work)
 
 
-def step_time(tr, steps=3):
+def step_time(tr, steps=3, metrics=None):
+    """Median seconds of `steps` train steps after one warm-up; the last step's metrics go into `metrics`."""
     import torch
     tr.train_step()                                   # warm-up: allocator, first-call overheads
     times = []
@@ -292,10 +293,12 @@ def step_time(tr, steps=3):
         if tr.device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        tr.train_step()
+        m = tr.train_step()
         if tr.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    if metrics is not None:
+        metrics.update(m)
     return sorted(times)[len(times) // 2]
 
 
@@ -325,8 +328,9 @@ def part_auto(rep):
         rep.case("auto/%s" % name, case_auto, task, extra)
 
 
-def case_speed(size, algo, amp, ckpt):
-    """amp: None (fp32), 'auto' (bfloat16 where the GPU has it) or 'float16' (with loss scaling)."""
+def case_speed(size, algo, amp, ckpt, micro_batch_mb=None):
+    """amp: None (fp32), 'auto' (bfloat16 where the GPU has it) or 'float16' (with loss scaling);
+    micro_batch_mb None: the default (sized from the free GPU memory), else that activation budget."""
     import torch
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -334,9 +338,11 @@ def case_speed(size, algo, amp, ckpt):
                                        "training.batch_size=32", "grpo.group_size=8", "grpo.algo=%s" % algo,
                                        "training.amp=%s" % str(amp is not None).lower(),
                                        "training.amp_dtype=%s" % (amp or "auto"),
-                                       "training.gradient_checkpointing=%d" % (2 if ckpt else 0)] + MICRO_GPT[size])
+                                       "training.gradient_checkpointing=%d" % (2 if ckpt else 0)] + MICRO_GPT[size]
+                 + ([] if micro_batch_mb is None else ["training.micro_batch_mb=%d" % micro_batch_mb]))
     after_setup = torch.cuda.memory_allocated() / 2 ** 20
-    dt = step_time(tr)
+    m = {}
+    dt = step_time(tr, metrics=m)
     n_train = sum(p.numel() for p in tr.optimizer.param_groups[0]["params"])
     out = {"parameters": tr.num_parameters, "step_time_s": dt, "samples_per_s": 256.0 / dt,
            "peak_cuda_allocated_mb": torch.cuda.max_memory_allocated() / 2 ** 20,
@@ -344,12 +350,15 @@ def case_speed(size, algo, amp, ckpt):
            "after_setup_mb": after_setup,
            # fp32 weights + gradients + Adam's two moments: what AMP and checkpointing cannot shrink
            "weights_grads_adam_mb": 16.0 * n_train / 2 ** 20,
-           "amp_dtype": str(tr.amp_dtype) if tr.amp else None}
+           "amp_dtype": str(tr.amp_dtype) if tr.amp else None, "micro_batch_mb": tr.t["micro_batch_mb"],
+           "passes": m.get("passes")}
     del tr
     return out
 
 
 def part_speed(rep):
+    for size in MICRO_GPT:              # the old default activation budget, beside the one sized from the GPU
+        rep.case("speed/%s/grpo/fp32/mb128" % size, case_speed, size, "grpo", None, False, 128)
     for size in MICRO_GPT:
         for amp, ckpt in ((None, False), ("auto", False), ("float16", False), (None, True), ("auto", True)):
             for algo in ("grpo", "ppo"):

@@ -182,7 +182,7 @@ def test_max_memory_sizes_the_activation_budget():
     assert tr.t["micro_batch_mb"] == int(0.5 * (160 * 2 ** 20 - state) / 2 ** 20)       # half of what is left
     roomy = GRPOTrainer(config=str(ROOT / "configs" / "arithmetic.yaml"), overrides=BIG + ["training.max_memory=8G"],
                         progress=False)
-    assert roomy.t["micro_batch_mb"] == 128                                             # never above the setting
+    assert roomy.t["micro_batch_mb"] == 128                               # the CPU default caps it
     m = tr.train_step()
     assert m["loss"] == m["loss"]
 
@@ -213,3 +213,19 @@ def test_max_memory_caps_the_cuda_allocator():
                      overrides=["training.device=cuda", "training.max_memory=2G", "training.warm_start_epochs=0"])
     tr.train_step()
     assert torch.cuda.max_memory_reserved() <= 2 * 2 ** 30
+
+
+def test_activation_budget_defaults():
+    base = {"task": {"name": "cartpole"}, "training": {"steps": 1, "batch_size": 2, "device": "cpu"},
+            "grpo": {"group_size": 2}}
+    assert GRPOTrainer(config=base, progress=False).t["micro_batch_mb"] == devices.CPU_MICRO_BATCH_MB
+    set0 = dict(base, training=dict(base["training"], micro_batch_mb=0))
+    assert GRPOTrainer(config=set0, progress=False).t["micro_batch_mb"] == 0          # a set value is kept
+
+
+@need_gpu
+def test_cuda_activation_budget_comes_from_the_free_memory():
+    tr = GRPOTrainer(config=str(ROOT / "configs" / "arithmetic.yaml"), progress=False,
+                     overrides=["training.device=cuda", "training.warm_start_epochs=0"])
+    assert tr.t["micro_batch_mb"] > devices.CPU_MICRO_BATCH_MB
+    assert tr.train_step()["passes"] == 1.0

@@ -73,10 +73,13 @@ class TrainingConfig:
     bfloat16 where the GPU has it (compute capability 8.0+), else float16. The CPU always uses bfloat16."""
     gradient_checkpointing: int = TRAINING["gradient_checkpointing"]
     """Checkpoint every N-th block of transformer models (0 = off): less memory, more compute."""
-    micro_batch_mb: int = TRAINING["micro_batch_mb"]
+    micro_batch_mb: Optional[int] = TRAINING["micro_batch_mb"]
     """Activation memory budget of one forward/backward, MB: each minibatch is split into micro-batches
     sized from the sequence length and model width (same single optimizer update, same gradient);
-    0 = no split. See grpo_edge/core/microbatch.py."""
+    0 = no split. null (default): 128 on the CPU; on CUDA half of what the weights, gradients and Adam
+    moments leave of training.max_memory, or of the GPU's free memory (fewer, larger passes: a step there
+    is bound by kernel launches). With max_memory set, a number here is a cap. See
+    grpo_edge/core/microbatch.py and grpo_edge/core/devices.py."""
     max_memory: Optional[str] = TRAINING["max_memory"]
     """A memory budget for the run, e.g. '4G' for a 4 GB card: refused up front when the weights, gradients and
     Adam moments alone do not fit; otherwise the activation budget (micro_batch_mb) is sized to what they

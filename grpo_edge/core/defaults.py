@@ -31,7 +31,7 @@ TRAINING = {
     "amp": False,
     "amp_dtype": "auto",
     "gradient_checkpointing": 0,
-    "micro_batch_mb": 128,
+    "micro_batch_mb": None,          # None: 128 on the CPU, sized from the free memory on CUDA (trainer)
     "max_memory": None,
     "device": "auto",
     "seed": 0,

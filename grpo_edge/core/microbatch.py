@@ -1,7 +1,8 @@
 """Micro-batches: one minibatch's forward/backward in pieces sized to a memory budget (Python 3.6 safe).
 
 The trainer's update splits each minibatch of samples into micro-batches whose activations fit
-`training.micro_batch_mb` (default 128 MB), backpropagates each one with a weight, and takes the same
+`training.micro_batch_mb` (default: 128 MB on the CPU, sized from the free memory on CUDA: the trainer's
+_activation_budget_mb), backpropagates each one with a weight, and takes the same
 single optimizer step as before: the weights make the summed micro-batch losses equal the minibatch
 loss, so the accumulated gradient is the unsplit one (tests/test_microbatch.py). 0 turns splitting off.
 

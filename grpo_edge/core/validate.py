@@ -51,7 +51,7 @@ TRAINING_KEYS = {
     "warm_start_epochs": "int", "warm_start_lr": "float", "amp": "bool", "amp_dtype": "str",
     "gradient_checkpointing": "int",
     "device": "str", "seed": "int", "threads": "int", "log_every": "int", "tensorboard": "bool",
-    "plot_grad_flow_every": "int", "micro_batch_mb": "int", "max_memory": "str?",
+    "plot_grad_flow_every": "int", "micro_batch_mb": "int?", "max_memory": "str?",
 }
 GRPO_KEYS = {
     "algo": "str", "group_size": "int", "num_iterations": "int", "clip_eps": "float", "clip_eps_high": "float?",
