@@ -385,12 +385,13 @@ def case_trl(work):
     except ImportError:
         raise Skip("trl is not installed on this machine")
     out = work / "vs_trl.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_trl.py"), "--device", "cuda", "--rounds", "1",
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_trl.py"), "--device", DEVICE, "--rounds", "2",
                         "--out", str(out)], cwd=str(ROOT), env=env(), stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, universal_newlines=True, timeout=400)
     if r.returncode != 0:
-        raise RuntimeError(r.stdout.strip()[-400:])
-    return {"result": json.loads(out.read_text()).get("summary")}
+        raise RuntimeError(r.stdout.strip()[-600:])
+    res = json.loads(out.read_text())
+    return {"ratios": res.get("ratios"), "summary": res.get("summary"), "table": res.get("table")}
 
 
 def part_trl(rep, work):

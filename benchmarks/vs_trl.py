@@ -1,6 +1,7 @@
-"""grpo-edge vs TRL's GRPOTrainer on the same work, CPU, offline (issue 7, benchmark 2).
+"""grpo-edge vs TRL's GRPOTrainer on the same work, offline, on the CPU or a GPU (issues 7, 23).
 
     .venv/bin/python benchmarks/vs_trl.py                                   # ~3 min on 2 shared cores
+    python3 benchmarks/vs_trl.py --device cuda --out vs_trl_cuda.json       # both on the same GPU
     .venv/bin/python benchmarks/vs_trl.py --rounds 3 --steps 40 --d-model 128 --n-layer 4 --out /tmp/trl.json
 
 Same model: our micro-gpt and a randomly initialised transformers GPT-2 of the same width, depth, heads,
@@ -36,6 +37,7 @@ def our_config(s):
             "task": {"name": "arithmetic", "max_operand": 99, "max_new_tokens": s["length"]},
             "training": {"steps": s["steps"], "batch_size": s["prompts"], "lr": s["lr"], "lr_scaling": "none",
                          "adam_beta2": 0.99, "grad_norm_clip": 1.0, "seed": s["seed"], "threads": 1,
+                         "device": s.get("device", "cpu"),
                          "warm_start_epochs": 1, "eval_every": 0},
             "grpo": {"group_size": s["group"], "num_iterations": 1, "loss_type": "grpo", "clip_eps": 0.2,
                      "beta": 0.0, "scale_rewards": "group", "temperature": 1.0}}
@@ -48,7 +50,7 @@ def make_init(s, path):
     tr = GRPOTrainer(config=our_config(s), progress=False)
     if s["init_kind"] == "warm":
         tr.warm_start()
-    torch.save(tr.policy.state_dict(), path)
+    torch.save(dict((k, v.cpu()) for k, v in tr.policy.state_dict().items()), path)
 
 
 def ours_worker(s):
@@ -69,7 +71,14 @@ def ours_worker(s):
     return {"samples_per_s": n / statistics.median(times[1:]), "samples_per_cpu_s": n / statistics.median(cpu[1:]),
             "peak_rss_mb": peak_rss_mb(), "peak_above_setup_mb": peak_rss_mb() - setup,
             "reward_after": statistics.mean(rewards[-3:]),
-            "reward_first": rewards[0], "completion_len": m["completion_len"]}
+            "reward_first": rewards[0], "completion_len": m["completion_len"], "peak_cuda_mb": peak_cuda_mb()}
+
+
+def peak_cuda_mb():
+    """The CUDA allocator's peak in this process (None on the CPU)."""
+    import torch
+    return torch.cuda.max_memory_allocated() / 2 ** 20 if torch.cuda.is_available() and torch.cuda.is_initialized() \
+        else None
 
 
 def gpt2_from_microgpt(state, s, vocab):
@@ -160,7 +169,8 @@ def trl_worker(s):
                       top_p=1.0, learning_rate=s["lr"], lr_scheduler_type="constant", adam_beta2=0.99,
                       adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0, beta=0.0, loss_type="grpo",
                       scale_rewards="group", epsilon=0.2, num_iterations=1, max_steps=s["steps"], logging_steps=1,
-                      report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=s["seed"],
+                      report_to="none", save_strategy="no", use_cpu=s.get("device", "cpu") == "cpu", bf16=False,
+                      seed=s["seed"],
                       disable_dropout=True, log_completions=False, dataloader_num_workers=0)
     clock = Clock()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tok,
@@ -170,7 +180,8 @@ def trl_worker(s):
     return {"samples_per_s": n / statistics.median(clock.times[1:]),
             "samples_per_cpu_s": n / statistics.median(clock.cpu[1:]), "peak_rss_mb": peak_rss_mb(),
             "peak_above_setup_mb": peak_rss_mb() - setup, "reward_after": statistics.mean(clock.rewards[-3:]),
-            "reward_first": clock.rewards[0], "completion_len": clock.lengths[-1], "logit_gap_at_init": gap}
+            "reward_first": clock.rewards[0], "completion_len": clock.lengths[-1], "logit_gap_at_init": gap,
+            "peak_cuda_mb": peak_cuda_mb()}
 
 
 def worker(spec):
@@ -193,11 +204,12 @@ def main():
     ap.add_argument("--init", choices=["warm", "random"], default="warm",
                     help="warm: completions end at EOS after ~3 tokens and rewards move; random: every "
                          "completion runs the full --length (generation-heavy), rewards stay ~0")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both frameworks train")
     ap.add_argument("--out", default=str(RESULTS / "vs_trl.json"))
     a = ap.parse_args()
     spec = {"steps": a.steps, "prompts": a.prompts, "group": a.group, "length": a.length, "d_model": a.d_model,
             "n_layer": a.n_layer, "n_head": a.n_head, "max_len": 32, "lr": a.lr, "seed": a.seed,
-            "init_kind": a.init}
+            "init_kind": a.init, "device": a.device}
     init = os.path.join(tempfile.mkdtemp(), "init.pt")
     make_init(spec, init)
     spec["init"] = init
@@ -209,7 +221,7 @@ def main():
     rows, summary = [], {}
     for name, r in (("grpo-edge", ours), ("TRL %s" % trl.__version__, theirs)):
         summary[name] = dict((k, med(r, k)) for k in ("samples_per_s", "samples_per_cpu_s", "peak_rss_mb",
-                                                        "peak_above_setup_mb",
+                                                        "peak_above_setup_mb", "peak_cuda_mb",
                                                         "reward_first", "reward_after", "completion_len"))
         rows.append([name] + [summary[name][k] for k in ("samples_per_s", "samples_per_cpu_s", "peak_rss_mb",
                                                          "peak_above_setup_mb",

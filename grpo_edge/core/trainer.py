@@ -169,7 +169,7 @@ class Trainer(distributed.ShardedTrainerMixin):
         budget, and give the activations half of what the state leaves (micro_batch_mb, if set, caps it).
         Else a set micro_batch_mb is used as it is; unset, it is 128 MB on the CPU and, on CUDA, half of
         what the state leaves of the GPU's free memory: a GPU step is bound by kernel launches, so fewer,
-        larger micro-batches are faster (the 85M micro-gpt ran 26 passes a step at 128 MB)."""
+        larger micro-batches are faster (an 85M micro-gpt: 18 passes, 0.48 s a step at 128 MB; 1 pass, 0.11 s)."""
         configured = self.t["micro_batch_mb"]
         state = devices.training_state_bytes([self.policy, self.critic], [self.ref_policy])
         if self.t["max_memory"]:
