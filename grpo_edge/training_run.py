@@ -24,6 +24,10 @@ from grpo_edge.errors import CheckpointError, ConfigError, OutOfMemoryError
 from grpo_edge.report import atomic_write_text
 
 
+# steps in a row with no reward spread in any group before `train` warns (once per run)
+ZERO_SPREAD_STEPS = 5
+
+
 class GRPOTrainer(Trainer):
     """GRPO on a task, with a run folder.
 
@@ -269,8 +273,12 @@ class GRPOTrainer(Trainer):
                                                                     after[metric_name]))
                     self.save("warm_start.pt")
                 self._in_steps = True
+                zero_spread = 0
                 while self.step < t_cfg.steps:
                     m = self._train_step_within_memory()
+                    zero_spread = zero_spread + 1 if m.get("frac_zero_std", 0.0) >= 1.0 else 0
+                    if zero_spread == ZERO_SPREAD_STEPS and self.rank == 0:
+                        self._warn_no_signal()
                     done = self.step >= t_cfg.steps
                     if (t_cfg.eval_every and self.step % t_cfg.eval_every == 0) or done:
                         ev = self.evaluate()
@@ -308,6 +316,15 @@ class GRPOTrainer(Trainer):
             if self._tb is not None:
                 self._tb.close()
         return self.finish(time.time() - start)
+
+    def _warn_no_signal(self):
+        import sys
+        hint = ("a larger grpo.group_size, a higher grpo.temperature or grpo.entropy_coef, a shaped reward, or "
+                "grpo.algo=ppo (its critic learns from per-step rewards)" if self.task.kind == "control" else
+                "a larger grpo.group_size, a higher grpo.temperature, a supervised warm start "
+                "(training.warm_start_epochs) or partial-credit rewards")
+        sys.stderr.write("warning: every group has had one reward for all its samples for %d steps running "
+                         "(frac_zero_std 1.0): GRPO has no learning signal; try %s\n" % (ZERO_SPREAD_STEPS, hint))
 
     def _train_step_within_memory(self):
         """train_step, with an allocator's out-of-memory error turned into one line that says what to change."""

@@ -306,9 +306,11 @@ def _check_task(task: dict) -> dict:
     name = task.get("name")
     if name is None:
         raise ConfigError("task.name is missing (one of %s)" % ", ".join(sorted(TASKS)))
-    if not isinstance(name, str) or (name not in TASKS and ":" not in name):
-        raise ConfigError("task.name must be one of %s or 'module:Class', got %r%s"
-                          % (", ".join(sorted(TASKS)), name, _closest(str(name), TASKS)))
+    if not isinstance(name, str):
+        raise ConfigError("task.name must be one of %s, a gymnasium id or 'module:Class', got %r"
+                          % (", ".join(sorted(TASKS)), name))
+    if name not in TASKS and ":" not in name:
+        task_class(name)          # a gymnasium id, or one line: unknown, with the closest names
     defaults = task_defaults(name)
     if defaults is not None:
         ranges = getattr(task_class(name), "ranges", {}) or {}

@@ -6,6 +6,8 @@ Per-step / per-token tensors are (N, T) and padded; `mask` marks real steps/toke
 import numpy as np
 import torch
 
+from grpo_edge.core import distributions
+
 
 class Rollout(object):
     """A batch of sampled groups.
@@ -175,11 +177,13 @@ def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="c
     )
 
 
-def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", greedy=False):
+def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", greedy=False, action_bounds=None):
     """rollout_episodes over a batched environment: one policy call and one env call per lockstep step.
 
-    envs: an object with reset(seeds) -> obs (n, obs_dim) and step(actions (n,) int array) ->
-    (obs (n, obs_dim), reward (n,), terminated (n,), truncated (n,)), numpy arrays; `seeds` holds one
+    envs: an object with reset(seeds) -> obs (n, obs_dim) and step(actions (n,) int array, or (n, A) float
+    for a continuous policy) -> (obs (n, obs_dim), reward (n,), terminated (n,), truncated (n,)), numpy
+    arrays; action_bounds (low (A,), high (A,)) clips continuous actions on their way to the environment
+    (the rollout keeps the sampled ones, whose log-probabilities it records); `seeds` holds one
     reset seed per environment (group_seeds repeated G times). The batched environment may keep
     stepping (and auto-resetting) finished episodes: their results are ignored, their rows keep the
     last observation, exactly as in rollout_episodes, so both give the same Rollout for the same seeds.
@@ -194,16 +198,15 @@ def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", g
         for _ in range(max_steps):
             if not alive.any():
                 break
-            logp_all = torch.log_softmax(policy(torch.as_tensor(obs, device=device)), dim=-1)   # (n, A)
-            if greedy:
-                a = logp_all.argmax(-1)
-            else:
-                a = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+            a, logp = distributions.sample(policy, policy(torch.as_tensor(obs, device=device)), greedy)
             obs_buf.append(obs)
-            act_buf.append(a)
-            logp_buf.append(logp_all)
+            act_buf.append(a)                                              # (n,) long or (n, A) float
+            logp_buf.append(logp)                                          # (n,)
             mask_buf.append(alive.astype(np.float32))
-            o2, r, term, trunc = envs.step(a.cpu().numpy())
+            a_env = a.cpu().numpy()
+            if action_bounds is not None:                                  # Box actions: the env gets them clipped
+                a_env = distributions.clip_to_bounds(a_env, action_bounds[0], action_bounds[1])
+            o2, r, term, trunc = envs.step(a_env)
             env_steps += int(alive.sum())
             rew_buf.append(np.where(alive, r, 0.0).astype(np.float32))
             done = alive & (np.asarray(term) | np.asarray(trunc))
@@ -211,8 +214,8 @@ def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", g
             keep = alive.reshape((n,) + (1,) * (obs.ndim - 1))
             obs = np.where(keep, np.asarray(o2, dtype=np.float32), obs)
             alive = alive & ~done
-        actions = torch.stack(act_buf, 1)                                   # (N, T)
-        old_logp = torch.stack(logp_buf, 1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)   # (N, T)
+        actions = torch.stack(act_buf, 1)                                   # (N, T) or (N, T, A)
+        old_logp = torch.stack(logp_buf, 1)                                 # (N, T)
     actions, old_logp = actions.cpu().clone(), old_logp.cpu().clone()
     truncated |= alive
     mask = torch.as_tensor(np.stack(mask_buf, 1))

@@ -55,7 +55,8 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     check_calibration(data, calib)
     choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
     options.setdefault("fp32_onnx", str(fp32))
-    options.setdefault("prefix", str(state.get("task", "model")).replace("-", "_"))
+    from grpo_edge.tasks import task_slug
+    options.setdefault("prefix", task_slug(state))
     options.setdefault("quantization", choice)
     task = task_from_state(state, seed=EVAL_SEED)
     if options.get("eval_inputs") is None:

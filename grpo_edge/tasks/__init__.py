@@ -10,16 +10,24 @@ TASKS = {
     "digits": "grpo_edge.tasks.digits:DigitsTask",
     "arithmetic": "grpo_edge.tasks.arithmetic:ArithmeticTask",
     "zh-en-numbers": "grpo_edge.tasks.zh_en_numbers:ZhEnNumbersTask",
+    "gym": "grpo_edge.tasks.control:GymTask",
 }
+GYM_TASK = TASKS["gym"]
 DEFAULT_ARCH = {"cartpole": "mlp", "acrobot": "mlp", "digits": "lite-resnet", "arithmetic": "micro-gpt",
-                "zh-en-numbers": "tiny-transformer"}
+                "zh-en-numbers": "tiny-transformer", "gym": "mlp"}
 
 
 def task_class(name):
-    """The Task class for a built-in name or a user's 'module:Class'."""
+    """The Task class for a built-in name, a gymnasium id ('Pendulum-v1') or a user's 'module:Class'."""
     spec = TASKS.get(name, name)
     if ":" not in spec:
-        raise ConfigError("unknown task %r (built-in: %s; or give 'module:Class')" % (name, ", ".join(sorted(TASKS))))
+        if _is_gym_id(name):
+            spec = GYM_TASK
+        else:
+            from grpo_edge.core.validate import closest
+            raise ConfigError("unknown task %r (built-in: %s; a gymnasium id such as Pendulum-v1; or "
+                              "'module:Class')%s" % (name, ", ".join(sorted(TASKS)),
+                                                     closest(name, TASKS) or _close_gym_ids(name)))
     module, cls = spec.split(":", 1)
     try:
         return getattr(importlib.import_module(module), cls)
@@ -27,6 +35,29 @@ def task_class(name):
         raise ConfigError("task %r: cannot import %s (%s)" % (name, module, e))
     except AttributeError:
         raise ConfigError("task %r: %s has no class %s" % (name, module, cls))
+
+
+def _is_gym_id(name):
+    """True when `name` is registered with gymnasium (imported only for names that are not built in)."""
+    if not isinstance(name, str) or "-v" not in name:
+        return False
+    try:
+        import gymnasium
+    except ImportError:
+        return False
+    return name in gymnasium.registry
+
+
+def _close_gym_ids(name):
+    if not isinstance(name, str) or "-v" not in name:
+        return ""
+    try:
+        import gymnasium
+    except ImportError:
+        return " (gymnasium is not installed: pip install -e \".[tasks]\")"
+    import difflib
+    close = difflib.get_close_matches(name, sorted(gymnasium.registry.keys()), n=3, cutoff=0.6)
+    return (" (did you mean %s?)" % ", ".join(close)) if close else ""
 
 
 def task_defaults(name):
@@ -47,7 +78,19 @@ def get_task(name, cfg=None, seed=0):
     defaults = getattr(cls, "defaults", None)
     if defaults is not None:
         cfg = dict(defaults, **cfg)
+    if TASKS.get(name, name) != GYM_TASK and _is_gym_id(name) and not cfg.get("env_id"):
+        cfg["env_id"] = name                       # task.name: Pendulum-v1
     return cls(cfg, seed=seed)
+
+
+def task_slug(state: dict) -> str:
+    """A checkpoint's task as a name for files, reports and C symbols: a control task's environment
+    ('Pendulum-v1' -> 'pendulum_v1', also under task.env_id with another task name), else the task name
+    with '-' as '_'."""
+    meta = state.get("task_meta") if isinstance(state.get("task_meta"), dict) else {}
+    if isinstance(meta.get("slug"), str) and meta["slug"]:
+        return meta["slug"]
+    return str(state.get("task") or "model").replace("-", "_")
 
 
 def task_from_state(state: dict, seed: int = 0):

@@ -1,4 +1,5 @@
-"""Control tasks on gymnasium's classic-control environments (CartPole-v1, Acrobot-v1).
+"""Control tasks on gymnasium environments: the built-in cartpole and acrobot, and any gymnasium id
+(`--set task.name=Pendulum-v1`, or `task.env_id`), discrete or continuous actions.
 
 A group is G episodes that start from the same seeded reset; they run in lockstep so the policy sees one
 (G * groups, obs_dim) batch per step, and the environments are stepped as one batch too (gymnasium's
@@ -7,12 +8,15 @@ vectorized CartPole, else its SyncVectorEnv; see grpo_edge/tasks/vector_env.py).
 import numpy as np
 import torch
 
+from grpo_edge.core import distributions
 from grpo_edge.core.rollout import rollout_lockstep
+from grpo_edge.errors import ConfigError
 from grpo_edge.tasks.base import Task
 
 
 class ControlTask(Task):
-    """A gymnasium environment with a discrete action space.
+    """A gymnasium environment: Box (flattened) or Discrete (one-hot) observations; Discrete actions
+    (a categorical policy) or Box actions (a diagonal Gaussian policy, grpo_edge/core/distributions.py).
 
     Config keys (task section):
       env_id         gymnasium id (default: the task's environment)
@@ -23,7 +27,7 @@ class ControlTask(Task):
     kind = "control"
     metric_name = "return"
     default_arch = "mlp"
-    archs = ("mlp",)                       # vector observations -> action logits
+    archs = ("mlp",)                       # vector observations -> action logits / Gaussian mean
     ranges = {"max_steps": (1, None, True), "eval_episodes": (1, None, True)}
     types = {"env_id": str}                # keys whose default is None
     env_id = "CartPole-v1"
@@ -38,37 +42,59 @@ class ControlTask(Task):
         self.eval_episodes = int(cfg.get("eval_episodes", 100))
         self.env_kwargs = dict(cfg.get("env_kwargs") or {})
         probe = self._make()
-        if not hasattr(probe.action_space, "n"):
-            raise ValueError("task %s: %s has no discrete action space" % (self.name, self.env_id))
-        self.obs_dim = int(np.prod(probe.observation_space.shape))
-        self.n_actions = int(probe.action_space.n)
+        self.obs_space = describe_space(probe.observation_space, "observation", self.env_id, ("Box", "Discrete"))
+        act = describe_space(probe.action_space, "action", self.env_id, ("Discrete", "Box"))
         probe.close()
+        self.obs_dim = self.obs_space["size"]
+        self.continuous = act["kind"] == "Box"
+        self.n_actions = act["size"]                 # categories, or the action dimension (continuous)
+        self.action_low, self.action_high = act.get("low"), act.get("high")
         self._lockstep = {}       # number of environments -> batched environments (training, evaluation)
         self._eval_seed_base = 10_000_000 + seed * 1000  # evaluation resets never overlap training's
         self._rng = np.random.RandomState(seed)
 
+    @property
+    def slug(self):
+        """The name for files, reports and C symbols: a built-in task on its own environment keeps its name
+        ('cartpole'); any other environment is named after its id ('Pendulum-v1' -> 'pendulum_v1')."""
+        if type(self).env_id == self.env_id and self.name not in (None, "gym"):
+            return self.name.replace("-", "_")
+        return env_slug(self.env_id)
+
+    def _bounds(self):
+        return (np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)) \
+            if self.continuous else None
+
     def _make(self):
-        return self._gym.make(self.env_id, **self.env_kwargs)
+        return make_env(self._gym, self.env_id, self.env_kwargs)
 
     def _batched_envs(self, n):
         if n not in self._lockstep:
             from grpo_edge.tasks.vector_env import lockstep_envs
-            self._lockstep[n] = lockstep_envs(self._gym, self.env_id, n, self.env_kwargs)
+            envs = lockstep_envs(self._gym, self.env_id, n, self.env_kwargs)
+            self._lockstep[n] = ObservationAdapter(envs, self.obs_space, self.env_id)
         return self._lockstep[n]
 
     def model_kwargs(self):
-        return {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
+        kw = {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
+        if self.continuous:
+            kw.update(continuous=True, action_low=self.action_low, action_high=self.action_high)
+        return kw
 
     def checkpoint_meta(self):
-        return {"env_id": self.env_id, "obs_dim": self.obs_dim, "n_actions": self.n_actions,
-                "input_shape": [self.obs_dim], "input_dtype": "float32", "max_steps": self.max_steps}
+        meta = {"env_id": self.env_id, "env_kwargs": self.env_kwargs, "obs_dim": self.obs_dim,
+                "n_actions": self.n_actions, "input_shape": [self.obs_dim], "input_dtype": "float32",
+                "max_steps": self.max_steps, "observation_space": self.obs_space["kind"], "slug": self.slug}
+        if self.continuous:
+            meta.update(action_space="Box", action_low=self.action_low, action_high=self.action_high)
+        return meta
 
     def rollout(self, policy, num_groups, group_size, generator=None):
         seeds = self._rng.randint(0, 2 ** 31 - 1, size=num_groups)
         device = next(policy.parameters()).device
         env_seeds = np.repeat(seeds, group_size)
         return rollout_lockstep(policy, self._batched_envs(len(env_seeds)), env_seeds, group_size,
-                                self.max_steps, device=device)
+                                self.max_steps, device=device, action_bounds=self._bounds())
 
     def logprobs(self, policy, rollout):
         """(logp, entropy), each (N, T), computed on the real steps only (episodes of one batch differ
@@ -77,9 +103,8 @@ class ControlTask(Task):
         obs = rollout.inputs["obs"]                                # (N, T, obs_dim)
         n, t, d = obs.shape
         real = (rollout.mask.reshape(-1) > 0).nonzero().squeeze(1)           # (R,)
-        logp_all = torch.log_softmax(policy(obs.reshape(n * t, d)[real]), dim=-1)   # (R, A)
-        logp_r = logp_all.gather(-1, rollout.actions.reshape(-1)[real].unsqueeze(-1)).squeeze(-1)
-        ent_r = -(logp_all.exp() * logp_all).sum(-1)
+        actions = rollout.actions.reshape((n * t,) + tuple(rollout.actions.shape[2:]))[real]   # (R,) or (R, A)
+        logp_r, ent_r = distributions.logp_entropy(policy, policy(obs.reshape(n * t, d)[real]), actions)
         logp = rollout.old_logp.reshape(-1).detach().to(logp_r.dtype).index_put((real,), logp_r)
         entropy = logp_r.new_zeros(n * t).index_put((real,), ent_r)
         return logp.reshape(n, t), entropy.reshape(n, t)
@@ -97,7 +122,7 @@ class ControlTask(Task):
         policy.eval()
         seeds = [self._eval_seed_base + i for i in range(n)]
         ro = rollout_lockstep(policy, self._batched_envs(n), seeds, 1, self.max_steps, device=device,
-                              greedy=greedy)
+                              greedy=greedy, action_bounds=self._bounds())
         policy.train(was_training)
         returns = ro.rewards.numpy()
         return {"return": float(returns.mean()), "return_std": float(returns.std()),
@@ -113,19 +138,26 @@ class ControlTask(Task):
         env = self._make()
         stride = max(1, -(-episodes * self.max_steps // max(int(n), 1)))
         out, t = [], 0
+        env.action_space.seed(int(rng.randint(2 ** 31 - 1)))
+        encode = ObservationAdapter(None, self.obs_space, self.env_id).encode
         obs, _ = env.reset(seed=int(rng.randint(2 ** 31 - 1)))
+        obs = encode(np.asarray(obs)[None])[0]
         while len(out) < n:
             if t % stride == 0:
-                out.append(np.asarray(obs, dtype=np.float32))
+                out.append(obs)
             t += 1
             if policy is not None:
                 with torch.no_grad():
-                    a = int(policy(torch.as_tensor(obs, dtype=torch.float32)[None]).argmax(-1))
+                    a, _ = distributions.sample(policy, policy(torch.as_tensor(obs)[None]), greedy=True)
+                a = a[0].numpy()
+                a = distributions.clip_to_bounds(a, *self._bounds()) if self.continuous else int(a)
             else:
-                a = int(rng.randint(self.n_actions))
+                a = env.action_space.sample()
             obs, _, term, trunc, _ = env.step(a)
+            obs = encode(np.asarray(obs)[None])[0]
             if term or trunc:
                 obs, _ = env.reset(seed=int(rng.randint(2 ** 31 - 1)))
+                obs = encode(np.asarray(obs)[None])[0]
         return np.stack(out)
 
 
@@ -141,3 +173,114 @@ class AcrobotTask(ControlTask):
     name = "acrobot"
     env_id = "Acrobot-v1"
     defaults = {"env_id": None, "max_steps": 500, "eval_episodes": 100, "env_kwargs": {}}
+
+
+class GymTask(ControlTask):
+    """Any registered gymnasium environment, named by its id (`task.name: Pendulum-v1`)."""
+    name = "gym"
+    env_id = None
+
+    def __init__(self, cfg, seed=0, env_id=None):
+        cfg = dict(cfg)
+        if env_id and not cfg.get("env_id"):
+            cfg["env_id"] = env_id
+        if not cfg.get("env_id"):
+            raise ConfigError("task gym needs task.env_id (a gymnasium id such as Pendulum-v1)")
+        super().__init__(cfg, seed)
+        self.name = self.env_id
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def env_slug(env_id):
+    """'Pendulum-v1' -> 'pendulum_v1', 'ALE/Pong-v5' -> 'ale_pong_v5': a name for files and C symbols."""
+    import re
+    s = re.sub(r"[^0-9a-zA-Z]+", "_", str(env_id)).strip("_").lower()
+    return ("env_" + s) if not s or s[0].isdigit() else s
+
+
+def gym_ids(gym):
+    return sorted(gym.registry.keys())
+
+
+def unknown_env(gym, env_id, detail=""):
+    """A ConfigError for an unregistered gymnasium id, with the closest registered ones."""
+    import difflib
+    close = difflib.get_close_matches(str(env_id), gym_ids(gym), n=3, cutoff=0.6)
+    hint = (" (did you mean %s?)" % ", ".join(close)) if close else " (`python -c \"import gymnasium; " \
+        "print(list(gymnasium.registry))\"` lists them)"
+    return ConfigError("unknown gymnasium environment %r%s" % (env_id, hint))
+
+
+# the pip extra of gymnasium that brings an environment family's dependency
+_EXTRAS = (("box2d", "box2d"), ("mujoco", "mujoco"), ("ale_py", "atari"), ("atari", "atari"),
+           ("pygame", "classic-control"))
+
+
+def make_env(gym, env_id, env_kwargs):
+    """gym.make with one-line errors: an unknown id (close matches), a missing extra (its pip name), bad
+    keyword arguments."""
+    if env_id not in gym.registry:
+        raise unknown_env(gym, env_id)
+    try:
+        return gym.make(env_id, **env_kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        msg = str(e).lower()
+        extra = next((x for key, x in _EXTRAS if key in msg), None)
+        how = ('pip install "gymnasium[%s]"' % extra) if extra else "install the package gymnasium names"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError("gymnasium environment %s needs a package that is not installed: %s (%s)"
+                          % (env_id, how, first[:160]))
+    except TypeError as e:
+        raise ConfigError("task.env_kwargs for %s: %s" % (env_id, str(e).strip().splitlines()[0]))
+
+
+def describe_space(space, what, env_id, allowed):
+    """{'kind', 'size'[, 'low', 'high']} of a gymnasium space the policy can take, else a ConfigError
+    naming it. Observations: Box (flattened) or Discrete (one-hot); actions: Discrete or a 1-D Box."""
+    kind = type(space).__name__
+    if kind not in allowed:
+        raise ConfigError("%s's %s space is %s, which grpo-edge does not support (it takes %s)"
+                          % (env_id, what, kind, " or ".join(allowed)))
+    if kind == "Discrete":
+        return {"kind": kind, "size": int(space.n)}
+    shape = tuple(space.shape or ())
+    if what == "action" and len(shape) != 1:
+        raise ConfigError("%s's action space is a Box of shape %s; grpo-edge takes 1-D Box actions"
+                          % (env_id, shape))
+    out = {"kind": kind, "size": int(np.prod(shape)) if shape else 1}
+    if what == "action":
+        out["low"] = [float(v) for v in np.asarray(space.low, np.float64).reshape(-1)]
+        out["high"] = [float(v) for v in np.asarray(space.high, np.float64).reshape(-1)]
+    return out
+
+
+class ObservationAdapter(object):
+    """Batched environments whose observations reach the policy as float32 (n, obs_dim): Box flattened,
+    Discrete one-hot. A non-finite observation stops the run with one line naming the environment."""
+
+    def __init__(self, envs, obs_space, env_id):
+        self.envs, self.space, self.env_id = envs, obs_space, env_id
+
+    def encode(self, obs):
+        obs = np.asarray(obs)
+        n = obs.shape[0]
+        if self.space["kind"] == "Discrete":
+            out = np.zeros((n, self.space["size"]), np.float32)
+            out[np.arange(n), obs.reshape(n).astype(np.int64)] = 1.0
+            return out
+        out = obs.reshape(n, -1).astype(np.float32)
+        if not np.isfinite(out).all():
+            from grpo_edge.errors import NonFiniteError
+            raise NonFiniteError("%s returned a non-finite observation (NaN or inf): check the environment "
+                                 "(task.env_kwargs)" % self.env_id)
+        return out
+
+    def reset(self, seeds):
+        return self.encode(self.envs.reset(seeds))
+
+    def step(self, actions):
+        obs, rew, term, trunc = self.envs.step(actions)
+        return self.encode(obs), rew, term, trunc
+
+    def close(self):
+        self.envs.close()

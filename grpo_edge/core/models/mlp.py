@@ -1,7 +1,9 @@
 """MLPPolicy: the 3-layer MLP policy for control tasks (Python 3.6 / torch 1.10 safe).
 
 Shapes: obs (B, obs_dim) float -> logits (B, n_actions), or (B, out_dim) when out_dim is set
-(out_dim=1 builds a critic). The exported graph is only Gemm + Tanh/Relu, which is what the ESP32
+(out_dim=1 builds a critic). With continuous=True, n_actions is the action dimension and the output is
+the mean of a diagonal Gaussian whose log-std is the learned parameter `log_std` (n_actions,)
+(grpo_edge/core/distributions.py); the exported graph outputs that mean clipped to the action bounds. The exported graph is only Gemm + Tanh/Relu, which is what the ESP32
 code generator consumes (relu is its best-supported activation; tanh is the training default for control).
 """
 import math
@@ -27,7 +29,7 @@ class MLPPolicy(nn.Module):
     arch = "mlp"
 
     def __init__(self, obs_dim, n_actions, hidden=64, num_layers=3, activation="tanh", hidden_dropout=0.0,
-                 out_dim=None):
+                 out_dim=None, continuous=False, log_std_init=0.0, action_low=None, action_high=None):
         super(MLPPolicy, self).__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError("activation must be one of %s, got %r" % (sorted(_ACTIVATIONS), activation))
@@ -51,20 +53,52 @@ class MLPPolicy(nn.Module):
                     # Only present when used, so the default export has no Dropout node at all.
                     layers.append(nn.Dropout(hidden_dropout))
         self.net = nn.Sequential(*layers)
+        self.continuous = bool(continuous) and out_dim is None
+        self.log_std_init = float(log_std_init)
+        self.action_low = None if action_low is None else [float(v) for v in action_low]
+        self.action_high = None if action_high is None else [float(v) for v in action_high]
+        if self.continuous:
+            self.log_std = nn.Parameter(torch.full((n_actions,), float(log_std_init)))
+            if self.action_low is not None and len(self.action_low) != n_actions:
+                raise ValueError("action_low has %d values, n_actions is %d" % (len(self.action_low), n_actions))
 
     def config(self):
         """Constructor kwargs as plain Python values: build_model(self.arch, **self.config()) rebuilds it."""
-        return {"obs_dim": int(self.obs_dim), "n_actions": int(self.n_actions), "hidden": int(self.hidden),
+        cfg = {"obs_dim": int(self.obs_dim), "n_actions": int(self.n_actions), "hidden": int(self.hidden),
                 "num_layers": int(self.num_layers), "activation": str(self.activation),
                 "hidden_dropout": float(self.hidden_dropout),
                 "out_dim": None if self.out_dim is None else int(self.out_dim)}
+        if self.continuous:
+            cfg.update(continuous=True, log_std_init=self.log_std_init, action_low=self.action_low,
+                       action_high=self.action_high)
+        return cfg
 
     def forward(self, obs):
-        """obs (B, obs_dim) -> logits (B, n_actions or out_dim)."""
+        """obs (B, obs_dim) -> logits (B, n_actions or out_dim), or the Gaussian's mean (continuous)."""
         return self.net(obs)
 
     def export_spec(self, batch_size=1):
-        """obs (B, obs_dim) float -> logits (B, n_actions); batch is dynamic."""
+        """obs (B, obs_dim) float -> logits (B, n_actions), or action (B, n_actions): the mean within the
+        action bounds (continuous); batch is dynamic."""
         obs = torch.randn(batch_size, self.obs_dim, device=self.net[0].weight.device)
+        if self.continuous:
+            return ExportSpec(module=_BoundedMean(self), example_inputs=(obs,), input_names=["obs"],
+                              output_names=["action"], dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
         return ExportSpec(module=self, example_inputs=(obs,), input_names=["obs"], output_names=["logits"],
                           dynamic_axes={"obs": {0: "batch"}, "logits": {0: "batch"}})
+
+
+class _BoundedMean(nn.Module):
+    """The deployed continuous policy: the Gaussian's mean, clipped to the action bounds (the greedy action
+    the environment receives)."""
+
+    def __init__(self, policy):
+        super(_BoundedMean, self).__init__()
+        self.policy = policy
+        low = policy.action_low if policy.action_low is not None else [-float("inf")] * policy.n_actions
+        high = policy.action_high if policy.action_high is not None else [float("inf")] * policy.n_actions
+        self.register_buffer("low", torch.tensor(low, dtype=torch.float32))
+        self.register_buffer("high", torch.tensor(high, dtype=torch.float32))
+
+    def forward(self, obs):
+        return torch.max(torch.min(self.policy(obs), self.high), self.low)

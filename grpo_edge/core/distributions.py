@@ -1,0 +1,52 @@
+"""Action distributions of control policies (Python 3.6 / torch 1.10 safe, imports torch only).
+
+A discrete policy's output is logits (B, A): a categorical distribution, actions (B,) long.
+A continuous policy (MLPPolicy with continuous=True) outputs the mean (B, A) of a diagonal Gaussian whose
+log standard deviation is a learned, state-independent parameter `policy.log_std` (A,): actions (B, A)
+float. The sampled action itself is stored and scored (its log-probability is that of the Gaussian
+draw); the environment receives it clipped to the action bounds (clip_to_bounds), the convention of
+CleanRL and Stable-Baselines3 for Box actions. Greedy actions are the argmax / the mean.
+"""
+import math
+
+import numpy as np
+import torch
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def is_continuous(policy):
+    return bool(getattr(policy, "continuous", False))
+
+
+def sample(policy, out, greedy=False):
+    """(actions, logp (B,)) from the policy's output `out` for one batch of observations."""
+    if is_continuous(policy):
+        log_std = policy.log_std.to(out.dtype).expand_as(out)
+        a = out if greedy else out + log_std.exp() * torch.randn_like(out)         # (B, A)
+        return a, gaussian_logp(out, log_std, a)
+    logp_all = torch.log_softmax(out, dim=-1)                                       # (B, A)
+    a = logp_all.argmax(-1) if greedy else torch.multinomial(logp_all.exp(), 1).squeeze(-1)
+    return a, logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+
+
+def gaussian_logp(mean, log_std, a):
+    """log N(a; mean, exp(log_std)^2), summed over the action dimensions: (B, A) -> (B,)."""
+    z = (a - mean) * torch.exp(-log_std)
+    return (-0.5 * z * z - log_std - 0.5 * _LOG_2PI).sum(-1)
+
+
+def logp_entropy(policy, out, actions):
+    """(logp (R,), entropy (R,)) of stored `actions` ((R,) long or (R, A) float) under the output `out`."""
+    if is_continuous(policy):
+        log_std = policy.log_std.to(out.dtype).expand_as(out)
+        ent = (log_std + 0.5 * (_LOG_2PI + 1.0)).sum(-1)
+        return gaussian_logp(out, log_std, actions.to(out.dtype)), ent
+    logp_all = torch.log_softmax(out, dim=-1)
+    logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
+def clip_to_bounds(actions, low, high):
+    """What the environment receives: continuous actions clipped into [low, high] (numpy, per dimension)."""
+    return np.clip(actions, low, high)
