@@ -129,3 +129,38 @@ def test_nan_observation_is_one_line():
                              "device": "cpu"}, "grpo": {"group_size": 2}}, progress=False)
     with pytest.raises(NonFiniteError, match="GrpoEdgeNan-v0 returned a non-finite observation"):
         tr.train_step()
+
+
+@pytest.fixture(scope="module")
+def pendulum_checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pendulum")
+    GRPOTrainer(config=PENDULUM, save_dir=out, progress=False).train()
+    return out / "last.pt"
+
+
+def test_continuous_policy_deploys_to_esp32_bit_exact(tmp_path, pendulum_checkpoint):
+    from typer.testing import CliRunner
+    from grpo_edge.cli.main import app
+    out = tmp_path / "esp32"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32c3", "--checkpoint", str(pendulum_checkpoint), "--out",
+                                 str(out), "--option", "tflm=false", "--option", "callgrind=false"])
+    assert r.exit_code == 0, r.output
+    f = json.loads((out / "report.json").read_text())["figures"]
+    assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True
+    assert f["action_error_max_relative"]["value"] < 0.05            # int8 actions within 5% of the range
+    assert abs(f["task_metric_integer"]["value"] - f["task_metric_fp32"]["value"]) < 0.1 * abs(
+        f["task_metric_fp32"]["value"])
+    header = list(out.rglob("pendulum_v1_model.h"))
+    assert header and "int pendulum_v1_invoke(" in header[0].read_text()
+
+
+def test_continuous_policy_pi_runner_prints_actions(tmp_path, pendulum_checkpoint):
+    from grpo_edge.targets.rpi import deploy
+    out = tmp_path / "pi"
+    rep = deploy(str(pendulum_checkpoint), "rpi4", out, {"runs": 50, "warmup": 5, "eval_n": 3,
+                                                         "calibration_samples": 128})
+    assert rep.figures["sim_int8_action_agreement"].value >= 0.9
+    r = subprocess.run([sys.executable, "runner.py", "--input", "sample_inputs.npy", "--json"], cwd=str(out),
+                       capture_output=True, text=True, timeout=120)
+    actions = np.asarray(json.loads(r.stdout)["actions"])
+    assert actions.shape == (64, 1) and float(np.abs(actions).max()) <= 2.0

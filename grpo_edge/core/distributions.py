@@ -19,9 +19,18 @@ def is_continuous(policy):
     return bool(getattr(policy, "continuous", False))
 
 
-def sample(policy, out, greedy=False):
-    """(actions, logp (B,)) from the policy's output `out` for one batch of observations."""
-    if is_continuous(policy):
+def sample(policy, out, greedy=False, continuous=None):
+    """(actions, logp (B,)) from the policy's output `out` for one batch of observations.
+
+    continuous: the task's word (a Box action space); None asks the policy. A deployed artifact run as a
+    policy (grpo_edge/export/evaluate.py) outputs the greedy action itself and has no log_std: greedy only."""
+    if continuous is None:
+        continuous = is_continuous(policy)
+    if continuous:
+        if not hasattr(policy, "log_std"):
+            if not greedy:
+                raise ValueError("sampling a continuous action needs the policy's log_std")
+            return out, torch.zeros(out.shape[0], dtype=out.dtype, device=out.device)
         log_std = policy.log_std.to(out.dtype).expand_as(out)
         a = out if greedy else out + log_std.exp() * torch.randn_like(out)         # (B, A)
         return a, gaussian_logp(out, log_std, a)

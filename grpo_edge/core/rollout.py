@@ -198,7 +198,8 @@ def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", g
         for _ in range(max_steps):
             if not alive.any():
                 break
-            a, logp = distributions.sample(policy, policy(torch.as_tensor(obs, device=device)), greedy)
+            a, logp = distributions.sample(policy, policy(torch.as_tensor(obs, device=device)), greedy,
+                                           continuous=action_bounds is not None)
             obs_buf.append(obs)
             act_buf.append(a)                                              # (n,) long or (n, A) float
             logp_buf.append(logp)                                          # (n,)

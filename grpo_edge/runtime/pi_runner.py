@@ -305,7 +305,9 @@ def main(argv=None):
         if args.out:
             np.save(args.out, first)
         result["outputs"] = first.tolist() if first.size <= 4096 else "saved to %s" % args.out
-        if first.ndim >= 2 and first.shape[-1] > 1:
+        if runner.output_names[:1] == ["action"]:          # a continuous policy: the bounded actions
+            result["actions"] = first.tolist() if first.size <= 4096 else "saved to %s" % args.out
+        elif first.ndim >= 2 and first.shape[-1] > 1:
             result["actions"] = first.argmax(-1).tolist()
     if args.bench:
         result["bench"] = bench(runner, args.runs, args.warmup)

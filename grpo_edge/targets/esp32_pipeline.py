@@ -53,7 +53,11 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
         checkpoint2calibration(source, calib, n=n_calib)
     data = load_calibration(calib)
     check_calibration(data, calib)
-    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
+    action_range = None
+    if getattr(model, "continuous", False) and model.action_low is not None:
+        action_range = np.asarray(model.action_high, np.float64) - np.asarray(model.action_low, np.float64)
+    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
+                                 action_range)
     options.setdefault("fp32_onnx", str(fp32))
     from grpo_edge.tasks import task_slug
     options.setdefault("prefix", task_slug(state))
@@ -89,7 +93,11 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     shutil.copyfile(str(source), str(fp32))
     data = load_calibration(calib)
     check_calibration(data, calib)
-    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
+    action_range = None
+    if getattr(model, "continuous", False) and model.action_low is not None:
+        action_range = np.asarray(model.action_high, np.float64) - np.asarray(model.action_low, np.float64)
+    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
+                                 action_range)
     options.setdefault("fp32_onnx", str(fp32))
     options.setdefault("prefix", default_prefix(source))
     options.setdefault("quantization", choice)
@@ -100,7 +108,7 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
 
 
 def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding=None, method="minmax",
-                        min_agreement=MIN_AGREEMENT) -> dict:
+                        min_agreement=MIN_AGREEMENT, action_range=None) -> dict:
     """Quantize `fp32` as asked (or int8, then 16x8 when int8 agrees on < min_agreement of the calibration
     decisions). Returns {chosen, chosen_path, candidates: [{activations, weight_rounding, path,
     agreement_calibration | error}], rule}."""
@@ -116,7 +124,7 @@ def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding
         cand = {"activations": acts, "weight_rounding": wr, "path": str(path)}
         try:
             onnx2int8(fp32, calib, path, method=method, activations=acts, weight_rounding=wr)
-            cand["agreement_calibration"] = decision_agreement(path, fp32, x) if x is not None else None
+            cand["agreement_calibration"] = decision_agreement(path, fp32, x, action_range) if x is not None else None
         except (ExportError, TargetError) as e:
             if activations != "auto":
                 raise
@@ -138,12 +146,13 @@ def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding
     return {"chosen": best["activations"], "chosen_path": best["path"], "candidates": cands, "rule": rule}
 
 
-def decision_agreement(qdq_path, fp32_path, x) -> float:
-    """Share of inputs x where the integer reference's argmax equals the fp32 model's (the ESP32 arithmetic)."""
+def decision_agreement(qdq_path, fp32_path, x, action_range=None) -> float:
+    """Share of inputs x where the integer reference decides as the fp32 model (the ESP32 arithmetic): same
+    argmax, or for a continuous policy (action_range) every action within 1% of its range."""
     from grpo_edge.targets.esp32 import parse
     from grpo_edge.targets.esp32.deploy import fp32_agreement
     graph = parse.parse(qdq_path)
-    return fp32_agreement(graph, fp32_path, np.asarray(x, dtype=np.float32)[:1000])
+    return fp32_agreement(graph, fp32_path, np.asarray(x, dtype=np.float32)[:1000], action_range)
 
 
 def _single_input(data):

@@ -148,7 +148,8 @@ class ControlTask(Task):
             t += 1
             if policy is not None:
                 with torch.no_grad():
-                    a, _ = distributions.sample(policy, policy(torch.as_tensor(obs)[None]), greedy=True)
+                    a, _ = distributions.sample(policy, policy(torch.as_tensor(obs)[None]), greedy=True,
+                                               continuous=self.continuous)
                 a = a[0].numpy()
                 a = distributions.clip_to_bounds(a, *self._bounds()) if self.continuous else int(a)
             else:

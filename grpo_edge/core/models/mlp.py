@@ -101,4 +101,8 @@ class _BoundedMean(nn.Module):
         self.register_buffer("high", torch.tensor(high, dtype=torch.float32))
 
     def forward(self, obs):
-        return torch.max(torch.min(self.policy(obs), self.high), self.low)
+        mean = self.policy(obs)
+        lo, hi = self.policy.action_low, self.policy.action_high
+        if lo is not None and hi is not None and len(set(lo)) == 1 and len(set(hi)) == 1:
+            return torch.clamp(mean, lo[0], hi[0])         # one ONNX Clip (the ESP32 compiler has it)
+        return torch.max(torch.min(mean, self.high), self.low)

@@ -208,9 +208,18 @@ def _ort_check(graph, src, rng, opts, rep) -> None:
 def _fp32_check(graph, xf, fp32_onnx, task, rep) -> None:
     """Decisions of the integer reference vs the fp32 ONNX model (and each quantization candidate's), and
     the task metric of both when the task is known."""
-    agree = fp32_agreement(graph, fp32_onnx, xf)
-    rep.add("decision_agreement_fp32", agree, "", "measured-host",
-            "argmax of the %s integer reference vs fp32 ONNX on %d eval inputs" % (graph.activation_dtype, len(xf)))
+    action_range = task_action_range(task)
+    agree = fp32_agreement(graph, fp32_onnx, xf, action_range)
+    if action_range is None:
+        rep.add("decision_agreement_fp32", agree, "", "measured-host",
+                "argmax of the %s integer reference vs fp32 ONNX on %d eval inputs" % (graph.activation_dtype, len(xf)))
+    else:
+        yq, yf = _integer_and_fp32(graph, fp32_onnx, xf)
+        rep.add("decision_agreement_fp32", agree, "", "measured-host",
+                "share of %d eval inputs where every action of the %s integer reference is within %g of the "
+                "action range of fp32 ONNX's" % (len(xf), graph.activation_dtype, ACTION_TOLERANCE))
+        rep.add("action_error_max_relative", float(action_errors(yq, yf, action_range).max()), "", "measured-host",
+                "max |a_int - a_fp32| / (high - low) over %d eval inputs and the action dimensions" % len(xf))
     if task is not None:
         m = task_metrics(graph, task, fp32_onnx)
         name = getattr(task, "metric_name", "metric")
@@ -219,7 +228,7 @@ def _fp32_check(graph, xf, fp32_onnx, task, rep) -> None:
                 "the %s integer reference (the C's arithmetic) as the policy, same evaluation" % graph.activation_dtype)
     for c in (rep.sections.get("quantization") or {}).get("candidates", []):
         if "error" not in c and Path(c["path"]).is_file():    # what each candidate does on the same states
-            c["agreement_eval"] = fp32_agreement(parse.parse(c["path"]), fp32_onnx, xf)
+            c["agreement_eval"] = fp32_agreement(parse.parse(c["path"]), fp32_onnx, xf, action_range)
 
 
 def _rv32_check(graph, gen, x_q, prof, rep) -> None:
@@ -274,14 +283,43 @@ def _tflm_check(graph, gen, x_q, opts, out, rep) -> None:
         rep.add("host_instructions_tflm", int(round(ipi["tflm"])), "instr", "measured-host", ipi["how"])
 
 
-def fp32_agreement(graph, fp32_onnx, xf) -> float:
+# a continuous action "agrees" when every dimension is within this share of its range of the fp32 action
+ACTION_TOLERANCE = 0.01
+
+
+def fp32_agreement(graph, fp32_onnx, xf, action_range=None) -> float:
+    """Share of inputs where the integer reference decides as the fp32 model: the same argmax (discrete),
+    or, with action_range (high - low per dimension: a continuous policy), every action dimension within
+    ACTION_TOLERANCE of its range."""
+    yq, yf = _integer_and_fp32(graph, fp32_onnx, xf)
+    if action_range is not None:
+        return float((action_errors(yq, yf, action_range) <= ACTION_TOLERANCE).mean())
+    return float((yq.argmax(1) == yf.argmax(1)).mean())
+
+
+def action_errors(yq, yf, action_range):
+    """Per input, the largest |a_int - a_fp32| over the action dimensions, relative to each one's range."""
+    rng = np.asarray(action_range, dtype=np.float64).reshape(1, -1)
+    return (np.abs(yq.astype(np.float64) - yf) / rng).max(1)
+
+
+def _integer_and_fp32(graph, fp32_onnx, xf):
     from . import reference as R
     sess = simulate.ort_session(str(fp32_onnx))
     name = sess.get_inputs()[0].name
     yf = np.concatenate([sess.run(None, {name: xf[i:i + 1]})[0] for i in range(len(xf))]).reshape(len(xf), -1)
-    t = graph.tensors[graph.input]
-    yq = R.run(graph, R.quantize(xf, t.scale, t.zero_point, t.dtype)).reshape(len(xf), -1)
-    return float((yq.argmax(1) == yf.argmax(1)).mean())
+    t, o = graph.tensors[graph.input], graph.tensors[graph.output]
+    yq = R.run(graph, R.quantize(xf, t.scale, t.zero_point, t.dtype))
+    if o.scale is not None:                               # real units (actions), not integer codes
+        yq = R.dequantize(yq, o.scale, o.zero_point)
+    return yq.reshape(len(xf), -1), yf
+
+
+def task_action_range(task):
+    """high - low per action dimension of a continuous control task (None for discrete or unknown tasks)."""
+    if not getattr(task, "continuous", False) or getattr(task, "action_low", None) is None:
+        return None
+    return np.asarray(task.action_high, np.float64) - np.asarray(task.action_low, np.float64)
 
 
 def task_metrics(graph, task, fp32_onnx) -> dict:
