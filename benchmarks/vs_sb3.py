@@ -1,7 +1,14 @@
-"""Time to solve CartPole-v1: our GRPO recipe vs Stable-Baselines3 PPO (rl-zoo settings) (issue 7, benchmark 3).
+"""Time to solve CartPole-v1 or Pendulum-v1: our GRPO recipe vs Stable-Baselines3 PPO (rl-zoo settings)
+(issue 7, benchmark 3; issue 24 for Pendulum).
 
     .venv/bin/python benchmarks/vs_sb3.py                               # 3 seeds each, ~3-6 min on 2 shared cores
     .venv/bin/python benchmarks/vs_sb3.py --seeds 0 1 2 3 4 --eval-every-s 1 --out /tmp/sb3.json
+    .venv/bin/python benchmarks/vs_sb3.py --env pendulum --out benchmarks/results/vs_sb3_pendulum.json
+
+Pendulum-v1 (--env pendulum): ours is configs/pendulum.yaml (a Gaussian policy, 8 start states x G 8 episodes
+per update); SB3 is PPO with rl-zoo's Pendulum-v1 settings (4 envs, n_steps 1024, gamma 0.9, GAE 0.95, 10
+epochs, lr 1e-3, clip 0.2, gSDE with sample frequency 4, observations normalised by VecNormalize, whose
+statistics the judge applies to SB3's policy). Target: greedy mean return >= -200 over the 100 episodes.
 
 Ours: configs/cartpole.yaml (critic-free GRPO, 4 start states x G 8 episodes per update, reward-to-go
 advantages, clip 0.7). SB3: PPO with rl-zoo's CartPole-v1 hyperparameters (8 envs, n_steps 32, batch 256, 20 epochs,
@@ -25,15 +32,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, interleave, machine, markdown_table, med, ratio, worker_main, write_json  # noqa: E402
 
-TARGET = 475.0
+# per environment: our task and recipe, the target greedy return, SB3's env id
+ENVS = {"cartpole": {"task": "cartpole", "config": "configs/cartpole.yaml", "target": 475.0, "gym": "CartPole-v1"},
+        "pendulum": {"task": "Pendulum-v1", "config": "configs/pendulum.yaml", "target": -200.0, "gym": "Pendulum-v1"}}
 
 
 class Judge(object):
-    """Same evaluation for both: our CartPole task's held-out seeds, greedy, screen 10 then 100 episodes."""
+    """Same evaluation for both: our task's held-out seeds, greedy, screen 10 then 100 episodes."""
 
-    def __init__(self, seed, every_s):
+    def __init__(self, seed, every_s, env="cartpole"):
         from grpo_edge.tasks import get_task
-        self.task = get_task("cartpole", {"eval_episodes": 100}, seed=0)    # fixed held-out seeds for everyone
+        self.task = get_task(ENVS[env]["task"], {"eval_episodes": 100}, seed=0)   # fixed held-out seeds for everyone
+        self.target = ENVS[env]["target"]
         self.every_s, self.next_at, self.evals = every_s, every_s, []
 
     def due(self, train_s):
@@ -42,16 +52,18 @@ class Judge(object):
     def solved(self, policy, train_s, env_steps):
         self.next_at = train_s + self.every_s
         screen = self.task.evaluate(policy, "test", 10)["return"]
-        full = self.task.evaluate(policy, "test", 100)["return"] if screen >= TARGET else None
+        full = self.task.evaluate(policy, "test", 100)["return"] if screen >= self.target else None
         self.evals.append((round(train_s, 3), env_steps, screen, full))
-        return full is not None and full >= TARGET
+        return full is not None and full >= self.target
 
 
 def ours_worker(s):
     from grpo_edge.training_run import GRPOTrainer
-    tr = GRPOTrainer(config="configs/cartpole.yaml", progress=False,
-                     overrides=["training.seed=%d" % s["seed"], "training.threads=1", "training.eval_every=0"])
-    judge, train_s = Judge(s["seed"], s["every_s"]), 0.0
+    env = s.get("env", "cartpole")
+    tr = GRPOTrainer(config=ENVS[env]["config"], progress=False,
+                     overrides=["training.seed=%d" % s["seed"], "training.threads=1", "training.eval_every=0",
+                                "training.device=cpu"])
+    judge, train_s = Judge(s["seed"], s["every_s"], env), 0.0
     for _ in range(s["max_updates"]):
         t0 = time.perf_counter()
         tr.train_step()
@@ -67,6 +79,7 @@ def sb3_worker(s):
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     torch.set_num_threads(1)
+    env_name = s.get("env", "cartpole")
 
     class Greedy(torch.nn.Module):               # obs (B, 4) -> logits (B, 2) of SB3's policy
         def __init__(self, policy):
@@ -74,6 +87,9 @@ def sb3_worker(s):
             self.policy = policy
 
         def forward(self, obs):
+            if env_name == "pendulum":               # the greedy action, on VecNormalize's view of obs
+                o = torch.as_tensor(self.vecnorm.normalize_obs(obs.numpy()), dtype=torch.float32)
+                return self.policy._predict(o, deterministic=True)
             return self.policy.get_distribution(obs).distribution.logits
 
     class Stop(BaseCallback):
@@ -88,17 +104,28 @@ def sb3_worker(s):
             self.train_s += time.perf_counter() - self.t0
             if self.judge.due(self.train_s):
                 self.model.policy.set_training_mode(False)
-                self.done = self.judge.solved(Greedy(self.model.policy), self.train_s, self.num_timesteps)
+                greedy = Greedy(self.model.policy)
+                greedy.vecnorm = self.model.get_vec_normalize_env()
+                self.done = self.judge.solved(greedy, self.train_s, self.num_timesteps)
             self.t0 = time.perf_counter()
 
         def _on_step(self):
             return not self.done
 
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=s["seed"])
-    total = 100000
-    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                learning_rate=lambda f: f * 1e-3, clip_range=lambda f: f * 0.2, seed=s["seed"], device="cpu", verbose=0)
-    cb = Stop(Judge(s["seed"], s["every_s"]))
+    if env_name == "pendulum":                   # rl-zoo's Pendulum-v1 PPO
+        from stable_baselines3.common.vec_env import VecNormalize
+        env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=4, seed=s["seed"]), gamma=0.9)
+        total = 200000
+        model = PPO("MlpPolicy", env, n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
+                    learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4, seed=s["seed"], device="cpu",
+                    verbose=0)
+    else:
+        env = make_vec_env("CartPole-v1", n_envs=8, seed=s["seed"])
+        total = 100000
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                    ent_coef=0.0, learning_rate=lambda f: f * 1e-3, clip_range=lambda f: f * 0.2, seed=s["seed"],
+                    device="cpu", verbose=0)
+    cb = Stop(Judge(s["seed"], s["every_s"], env_name))
     model.learn(total_timesteps=total, callback=cb)
     return {"solved": cb.done, "wall_s": cb.train_s, "env_steps": int(model.num_timesteps), "evals": cb.judge.evals}
 
@@ -114,6 +141,7 @@ def main():
     ap.add_argument("--eval-every-s", type=float, default=0.0,
                     help="training seconds between evaluations (0: after every update, the finest resolution)")
     ap.add_argument("--max-updates", type=int, default=150, help="cap on our GRPO updates")
+    ap.add_argument("--env", choices=sorted(ENVS), default="cartpole", help="the environment (and our recipe)")
     ap.add_argument("--out", default=str(RESULTS / "vs_sb3.json"))
     a = ap.parse_args()
     import stable_baselines3
@@ -121,7 +149,7 @@ def main():
     for seed in a.seeds:
         for fw in ("grpo-edge", "sb3"):
             specs["%s seed=%d" % (fw, seed)] = {"framework": fw, "seed": seed, "every_s": a.eval_every_s,
-                                                "max_updates": a.max_updates}
+                                                "max_updates": a.max_updates, "env": a.env}
     res = interleave(Path(__file__).resolve(), specs, 1, timeout=3600)
     rows, summary = [], {}
     for fw in ("grpo-edge", "sb3"):
