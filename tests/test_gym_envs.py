@@ -164,3 +164,21 @@ def test_continuous_policy_pi_runner_prints_actions(tmp_path, pendulum_checkpoin
                        capture_output=True, text=True, timeout=120)
     actions = np.asarray(json.loads(r.stdout)["actions"])
     assert actions.shape == (64, 1) and float(np.abs(actions).max()) <= 2.0
+
+
+def test_mujoco_robot_or_its_missing_extra():
+    """A MuJoCo robot (6 continuous actions) trains a step where gymnasium[mujoco] is installed; elsewhere
+    building it is one line naming the extra (gymnasium raises a plain ImportError for it)."""
+    try:
+        import imageio  # noqa: F401
+        import mujoco  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match=r'HalfCheetah-v5 needs a package that is not installed: '
+                                              r'pip install "gymnasium\[mujoco\]"'):
+            get_task("HalfCheetah-v5", {})
+        return
+    tr = GRPOTrainer(config={"task": {"name": "HalfCheetah-v5", "max_steps": 50}, "training": {
+        "steps": 1, "batch_size": 2, "device": "cpu", "eval_every": 0}, "grpo": {"group_size": 2}}, progress=False)
+    assert tr.task.continuous and tr.task.n_actions == 6
+    m = tr.train_step()
+    assert m["loss"] == m["loss"]

@@ -212,9 +212,10 @@ def unknown_env(gym, env_id, detail=""):
     return ConfigError("unknown gymnasium environment %r%s" % (env_id, hint))
 
 
-# the pip extra of gymnasium that brings an environment family's dependency
-_EXTRAS = (("box2d", "box2d"), ("mujoco", "mujoco"), ("ale_py", "atari"), ("atari", "atari"),
-           ("pygame", "classic-control"))
+# the pip extra of gymnasium that brings an environment family's dependency: a word of the error or of the
+# environment's entry point -> the extra
+_EXTRAS = (("box2d", "box2d"), ("mujoco", "mujoco"), ("imageio", "mujoco"), ("ale_py", "atari"),
+           ("atari", "atari"), ("pygame", "classic-control"))
 
 
 def make_env(gym, env_id, env_kwargs):
@@ -224,8 +225,9 @@ def make_env(gym, env_id, env_kwargs):
         raise unknown_env(gym, env_id)
     try:
         return gym.make(env_id, **env_kwargs)
-    except gym.error.DependencyNotInstalled as e:
-        msg = str(e).lower()
+    except (gym.error.DependencyNotInstalled, ImportError) as e:
+        entry = str(getattr(gym.spec(env_id), "entry_point", "")).lower()
+        msg = str(e).lower() + " " + entry
         extra = next((x for key, x in _EXTRAS if key in msg), None)
         how = ('pip install "gymnasium[%s]"' % extra) if extra else "install the package gymnasium names"
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
