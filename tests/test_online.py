@@ -215,3 +215,18 @@ def test_numpy_cartpole_matches_gymnasium():
             assert np.array_equal(a_obs, b_obs) and (a_term, a_trunc) == (b_term, b_trunc)
             if a_term or a_trunc:
                 break
+
+
+def test_continuous_env_trains_online_and_serves_a_bounded_policy(tmp_path):
+    """Pendulum-v1 (a Box action) in the online trainer: Gaussian updates, gates, served.pt and served.onnx."""
+    r = run_online(["--env", "Pendulum-v1", "--max-updates", 8, "--set", "online.checkpoint_every=4",
+                    "--set", "online.gate_every=4", "--save-dir", tmp_path / "p"])
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert s["update"] == 8 and s["gates"] == 2
+    model, state = load_policy(str(tmp_path / "p" / "served.pt"))
+    assert model.continuous and state["task_meta"]["action_high"] == [2.0]
+    assert (tmp_path / "p" / "served.onnx").exists()
+    r = run_online(["--stream", "stdin", "--policy", tmp_path / "p" / "served.pt", "--save-dir", tmp_path / "s"],
+                   stdin="")
+    assert r.returncode == 2 and "a continuous-action policy trains online from online.env" in r.stderr

@@ -111,10 +111,11 @@ def concat_rollouts(rollouts):
 
 
 def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="cpu", greedy=False,
-                     obs_transform=None):
+                     obs_transform=None, action_bounds=None):
     """Run len(envs) episodes in lockstep; episodes of one group start from the same seeded reset.
 
-    policy: callable obs (B, obs_dim) float tensor -> logits (B, n_actions)
+    policy: callable obs (B, obs_dim) float tensor -> logits (B, n_actions), or the Gaussian mean of a
+    continuous policy when action_bounds (low (A,), high (A,)) is given (the env gets the clipped sample)
     envs: list of gym-like envs (reset(seed=...) -> (obs, info); step(a) -> obs, r, terminated, truncated, info)
     group_seeds: one reset seed per group; len(envs) == len(group_seeds) * group_size
     Returns a Rollout with inputs["obs"] (N, T, obs_dim) and step_rewards (N, T).
@@ -136,16 +137,15 @@ def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="c
             o = torch.as_tensor(obs, dtype=torch.float32, device=device)
             if obs_transform is not None:
                 o = obs_transform(o)
-            logp_all = torch.log_softmax(policy(o), dim=-1)                # (N, A)
-            if greedy:
-                a = logp_all.argmax(-1)
+            a, logp = distributions.sample(policy, policy(o), greedy, continuous=action_bounds is not None)
+            if action_bounds is not None:                                  # (N, A) float, clipped for the env
+                actions = distributions.clip_to_bounds(a.cpu().numpy(), action_bounds[0], action_bounds[1])
             else:
-                a = torch.multinomial(logp_all.exp(), 1).squeeze(-1)
-            actions = a.tolist()
+                actions = a.tolist()
             rew = np.zeros(n, dtype=np.float32)
             obs_buf.append(obs.copy())
             act_buf.append(a)
-            logp_buf.append(logp_all)
+            logp_buf.append(logp)
             mask_buf.append(alive.astype(np.float32))
             for i in np.flatnonzero(alive):
                 o2, r, term, trunc, _ = envs[i].step(actions[i])
@@ -156,8 +156,8 @@ def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="c
                     alive[i] = False
                     truncated[i] = bool(trunc) and not bool(term)
             rew_buf.append(rew)
-        actions = torch.stack(act_buf, 1)                                   # (N, T)
-        old_logp = torch.stack(logp_buf, 1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)   # (N, T)
+        actions = torch.stack(act_buf, 1)                                   # (N, T) or (N, T, A)
+        old_logp = torch.stack(logp_buf, 1)                                 # (N, T)
     # clone OUTSIDE inference mode: plain tensors that autograd (task.logprobs) can use
     actions, old_logp = actions.cpu().clone(), old_logp.cpu().clone()
     truncated |= alive  # still running at max_steps: cut by our limit

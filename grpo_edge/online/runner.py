@@ -109,6 +109,9 @@ class OnlineRunner(object):
                            o["eval_episodes"], seed=int(t["seed"]), schedule=o["env_schedule"])
         if "obs_dim" not in model_config or "n_actions" not in model_config:
             raise ConfigError("online training needs a vector-observation policy (arch mlp) with obs_dim and n_actions")
+        if model_config.get("continuous"):
+            raise ConfigError("online.stream records carry discrete actions; a continuous-action policy trains "
+                              "online from online.env (a gymnasium id or module:Class)")
         d, n_act, G = int(model_config["obs_dim"]), int(model_config["n_actions"]), int(g["group_size"])
         group_bytes = G * o["max_steps"] * (d + 4) * 4                 # obs, action, logp, reward per step
         fit = int(0.1 * self.budget // group_bytes)                    # the buffer gets 10% of the budget

@@ -31,6 +31,7 @@ from collections import OrderedDict, deque
 import numpy as np
 import torch
 
+from grpo_edge.core import distributions
 from grpo_edge.core.rollout import Rollout, rollout_episodes
 from grpo_edge.errors import ConfigError, GrpoEdgeError
 
@@ -53,13 +54,13 @@ def _rng_from_plain(rng, r):
 
 
 def policy_logprobs(policy, obs, actions):
-    """obs (N, T, d), actions (N, T) -> (logp (N, T), entropy (N, T)) of a vector-observation policy."""
+    """obs (N, T, d), actions (N, T) long or (N, T, A) float -> (logp (N, T), entropy (N, T)) of a
+    vector-observation policy (categorical, or Gaussian: grpo_edge/core/distributions.py)."""
     n, t, d = obs.shape
-    logits = policy(obs.reshape(n * t, d)).reshape(n, t, -1)   # (N, T, A)
-    logp_all = torch.log_softmax(logits.float(), dim=-1)
-    logp = logp_all.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    out = policy(obs.reshape(n * t, d)).float()                               # (N*T, A)
+    flat = actions.reshape((n * t,) + tuple(actions.shape[2:]))
+    logp, entropy = distributions.logp_entropy(policy, out, flat)
+    return logp.reshape(n, t), entropy.reshape(n, t)
 
 
 def make_env_factory(spec, kwargs):
@@ -105,10 +106,18 @@ class EnvTask(object):
         probe = factory()
         if not (hasattr(probe, "reset") and hasattr(probe, "step")):
             raise ConfigError("online.env %r has no reset/step methods" % spec)
-        if getattr(getattr(probe, "action_space", None), "n", None) is None:
-            raise ConfigError("online.env %r: online training needs a discrete action space (action_space.n)" % spec)
+        space = getattr(probe, "action_space", None)
+        self.continuous = getattr(space, "n", None) is None
+        self.action_low = self.action_high = None
+        if self.continuous:              # a 1-D Box: a Gaussian policy, actions clipped to the bounds
+            shape = tuple(getattr(space, "shape", None) or ())
+            if len(shape) != 1 or not hasattr(space, "low"):
+                raise ConfigError("online.env %r: online training needs a discrete action space (action_space.n) "
+                                  "or a 1-D Box (low, high)" % spec)
+            self.action_low = [float(v) for v in np.asarray(space.low, np.float64).reshape(-1)]
+            self.action_high = [float(v) for v in np.asarray(space.high, np.float64).reshape(-1)]
         self.obs_dim = int(np.prod(probe.observation_space.shape))
-        self.n_actions = int(probe.action_space.n)
+        self.n_actions = int(shape[0]) if self.continuous else int(space.n)
         self.max_steps = int(max_steps)
         self.eval_episodes = int(eval_episodes)
         self.behaviour = None            # the served policy; None: the policy being trained acts
@@ -151,11 +160,21 @@ class EnvTask(object):
 
     # ---------------------------------------------------------------- the core Task interface
     def model_kwargs(self):
-        return {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
+        kw = {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
+        if self.continuous:
+            kw.update(continuous=True, action_low=self.action_low, action_high=self.action_high)
+        return kw
 
     def checkpoint_meta(self):
-        return {"env": self.spec, "obs_dim": self.obs_dim, "n_actions": self.n_actions,
+        meta = {"env": self.spec, "obs_dim": self.obs_dim, "n_actions": self.n_actions,
                 "input_shape": [self.obs_dim], "input_dtype": "float32", "max_steps": self.max_steps}
+        if self.continuous:
+            meta.update(action_space="Box", action_low=self.action_low, action_high=self.action_high)
+        return meta
+
+    def _bounds(self):
+        return (np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)) \
+            if self.continuous else None
 
     def rollout(self, policy, num_groups, group_size, generator=None):
         """num_groups * G episodes acted by the served policy (or `policy` when no behaviour is set)."""
@@ -164,7 +183,7 @@ class EnvTask(object):
         seeds = self._rng.randint(0, 2 ** 31 - 1, size=num_groups)
         device = next(actor.parameters()).device
         ro = rollout_episodes(actor, self._get(self._envs, num_groups * group_size), seeds, group_size,
-                              self.max_steps, device=device)
+                              self.max_steps, device=device, action_bounds=self._bounds())
         self.episodes += num_groups * group_size
         return ro
 
@@ -179,7 +198,7 @@ class EnvTask(object):
         policy.eval()
         seeds = [self._eval_seed_base + i for i in range(n)]
         ro = rollout_episodes(policy, self._get(self._eval_envs, n), seeds, 1, self.max_steps,
-                              device=next(policy.parameters()).device, greedy=True)
+                              device=next(policy.parameters()).device, greedy=True, action_bounds=self._bounds())
         policy.train(was_training)
         returns = ro.rewards.numpy()
         return {"return": float(returns.mean()), "return_std": float(returns.std()), "n": n}
