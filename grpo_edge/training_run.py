@@ -254,7 +254,8 @@ class GRPOTrainer(Trainer):
         self._open_run_folder()
         start = time.time()
         progress = TrainProgress(total=t_cfg.steps, enabled=self.show_progress,
-                                 title="%s | %s | %s params" % (self.task.name, self.policy.arch,
+                                 title="%s | %s | %s params" % (getattr(self.task, "display_name", self.task.name),
+                                                               self.policy.arch,
                                                                "{:,}".format(self.num_parameters)))
         metric_name = self.task.metric_name
         self.interrupted_at = None

@@ -83,7 +83,7 @@ def train(
         raise typer.Exit(130)
     metric = summary["metric"]
     typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
-               % (summary["task"], metric, summary["final_" + metric], summary["steps"], summary["wall_seconds"], run_dir))
+               % (getattr(trainer.task, "display_name", summary["task"]), metric, summary["final_" + metric], summary["steps"], summary["wall_seconds"], run_dir))
 
 
 def eval_(
@@ -107,7 +107,7 @@ def eval_(
     if json_out:
         typer.echo(json.dumps(res))
     else:
-        typer.echo("%s on %s (%s): %s" % (state["arch"], task.name, split,
+        typer.echo("%s on %s (%s): %s" % (state["arch"], getattr(task, "display_name", task.name), split,
                                           ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
 
 

@@ -128,11 +128,21 @@ def benchmark(engine, feed, iters=500, warmup=50, tegrastats=True):
 
 
 def check(engine, sample):
-    """Run the engine on the saved check batch; max |engine - reference| per output."""
+    """Run the engine on the saved check batch; (max |engine - reference| per output, the outputs)."""
     import numpy as np
     got = engine({k[3:]: sample[k] for k in sample.files if k.startswith("in:")})
     return {n: float(np.max(np.abs(got[n].astype(np.float64) - sample["ref:" + n].astype(np.float64))))
-            for n in engine.outputs if ("ref:" + n) in sample.files}
+            for n in engine.outputs if ("ref:" + n) in sample.files}, got
+
+
+def actions(outputs, n=8):
+    """The policy's actions on the first n check inputs: a continuous policy's output `action` as it is,
+    the argmax of a discrete policy's `logits`; None for other models."""
+    if "action" in outputs:
+        return outputs["action"][:n].tolist()
+    if "logits" in outputs and outputs["logits"].ndim == 2:
+        return outputs["logits"][:n].argmax(-1).tolist()
+    return None
 
 
 def main(argv=None):
@@ -151,11 +161,11 @@ def main(argv=None):
         path = os.path.join(folder, g["engine"].replace("{precision}", precision))
         engine = Engine(path)
         sample = np.load(os.path.join(folder, g["sample"]))
-        errors = check(engine, sample)
+        errors, got = check(engine, sample)
         feed = {k[6:]: sample[k] for k in sample.files if k.startswith("bench:")}
         bench = benchmark(engine, feed, a.iters, tegrastats=not a.no_tegrastats)
         res = {"graph": g["name"], "precision": precision, "engine": path, "max_abs_err": errors,
-               "latency": bench}
+               "actions": actions(got), "latency": bench}
         out = os.path.join(folder, "results.%s.%s.json" % (g["name"], precision))
         with open(out, "w") as f:
             json.dump(res, f, indent=2)

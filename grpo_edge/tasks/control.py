@@ -65,6 +65,11 @@ class ControlTask(Task):
         return (np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)) \
             if self.continuous else None
 
+    @property
+    def display_name(self):
+        """What printouts call the task: its environment when that is not the task's own (task.env_id)."""
+        return self.name if type(self).env_id == self.env_id else self.env_id
+
     def _make(self):
         return make_env(self._gym, self.env_id, self.env_kwargs)
 

@@ -34,7 +34,7 @@ def build_and_measure(out_dir, cfg: dict):
         path, secs = build_engine.build(g, cfg["precision"], cfg["workspace_mb"], str(out))
         engine = run_engine.Engine(path)
         sample = np.load(str(out / g["sample"]))
-        errors = run_engine.check(engine, sample)
+        errors, _ = run_engine.check(engine, sample)
         feed = {k[6:]: sample[k] for k in sample.files if k.startswith("bench:")}
         bench = run_engine.benchmark(engine, feed, 500, tegrastats=on_jetson())
         rows.append({"graph": g["name"], "engine": Path(path).name, "build_s": secs,
