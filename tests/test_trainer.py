@@ -212,3 +212,25 @@ def test_core_is_python36_compatible(root):
                        + [os.path.join(root, "grpo_edge", d) for d in ("core", "online", "runtime")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_run_folder_is_never_mixed(tmp_path):
+    """A new run into a folder holding another one: refused in one line, nothing written; --force deletes only
+    that run's files; --resume continues it."""
+    run = tmp_path / "run"
+    base = ["train", "--save-dir", str(run), "--quiet", "--set", "training.steps=1", "--set", "training.eval_n=2"]
+    assert _cli(*base).returncode == 0
+    (run / "notes.txt").write_text("mine")
+    before = dict((p.name, p.stat().st_mtime_ns) for p in run.iterdir())
+    r = _cli(*base)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: %s holds another run (config.yaml, metrics.jsonl, last.pt, best.pt, summary.json, curves.svg): "
+        "continue it with --resume, start over with --force (deletes only that run's files), or choose another "
+        "--save-dir" % run]
+    assert dict((p.name, p.stat().st_mtime_ns) for p in run.iterdir()) == before
+    assert _cli(*(base + ["--force"])).returncode == 0
+    assert (run / "notes.txt").read_text() == "mine"
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+    r = _cli(*(base[:-4] + ["--resume", "--set", "training.steps=2", "--set", "training.eval_n=2"]))
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]

@@ -14,6 +14,7 @@ def train(
     data_path: Optional[str] = typer.Option(None, "--data-path", "--data_path", help="Your own data (text tasks: TSV/JSONL pairs)."),
     save_dir: Optional[str] = typer.Option(None, "--save-dir", "--save_dir", help="Run folder (default runs/<task>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly."),
+    force: bool = typer.Option(False, "--force", help="Start over in a --save-dir that holds another run: deletes that run's own files (last.pt, best.pt, metrics.jsonl, ...), nothing else."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (CPU runs are reproducible)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto (default: CUDA for a model of 50k+ parameters when torch sees a GPU, else the CPU; the choice is printed), cpu or cuda."),
     amp: bool = typer.Option(False, "--amp", help="Mixed precision: bf16 autocast (CUDA with bf16, and the CPU), else fp16 + loss scaling (training.amp_dtype)."),
@@ -59,6 +60,8 @@ def train(
     from grpo_edge.training_run import GRPOTrainer, install_sigterm_handler
     cfg = load_config(config or "cartpole.yaml", overrides=overrides, literals=literals)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
+    if not resume:
+        check_run_folder(run_dir, force)
     install_sigterm_handler()
     trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
     typer.echo("device: %s (%s)" % (trainer.device, trainer.device_reason), err=True)
@@ -84,6 +87,25 @@ def train(
     metric = summary["metric"]
     typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
                % (getattr(trainer.task, "display_name", summary["task"]), metric, summary["final_" + metric], summary["steps"], summary["wall_seconds"], run_dir))
+
+
+# what `train` writes into a run folder: another run's files are never mixed with a new run's
+RUN_FILES = ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json", "curves.svg")
+
+
+def check_run_folder(run_dir: Path, force: bool) -> None:
+    """A new run needs a folder without another run's files: refuse in one line, or with --force delete
+    exactly those files (and the run's grad_flow_*.png), nothing else."""
+    if not run_dir.is_dir():
+        return
+    found = [n for n in RUN_FILES if (run_dir / n).exists()]
+    if not found:
+        return
+    if not force:
+        raise ConfigError("%s holds another run (%s): continue it with --resume, start over with --force (deletes "
+                          "only that run's files), or choose another --save-dir" % (run_dir, ", ".join(found)))
+    for path in [run_dir / n for n in found] + sorted(run_dir.glob("grad_flow_*.png")):
+        path.unlink()
 
 
 def eval_(
