@@ -182,3 +182,87 @@ def test_mujoco_robot_or_its_missing_extra():
     assert tr.task.continuous and tr.task.n_actions == 6
     m = tr.train_step()
     assert m["loss"] == m["loss"]
+
+
+# ---------------------------------------------------------------------------------------------- the user's own env
+OWN_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class GridWorld(gym.Env):
+    """Walk right along a line of `size` cells to the goal: +1 there, -0.01 a step."""
+    observation_space = spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, size=6):
+        self.size = size
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = int(self.np_random.integers(0, self.size // 2))
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.pos / self.size, 1.0], np.float32)
+
+    def step(self, action):
+        self.pos = max(0, min(self.size - 1, self.pos + (1 if action == 1 else -1)))
+        done = self.pos == self.size - 1
+        return self._obs(), (1.0 if done else -0.01), done, False, {}
+
+
+class Broken(GridWorld):
+    def reset(self, seed=None, options=None):
+        raise RuntimeError("sensor offline")
+
+
+NOT_A_CLASS = 3
+gym.register("GridWorld-v0", entry_point=GridWorld, max_episode_steps=30)
+'''
+
+
+def own_cli(cwd, *args):
+    """The CLI as a user runs it in their project folder (a fresh process; their module beside them)."""
+    return subprocess.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], capture_output=True,
+                          text=True, cwd=str(cwd), timeout=600)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "mygrid.py").write_text(OWN_ENV)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["mygrid:GridWorld", "mygrid:GridWorld-v0"])
+def test_own_env_class_or_id_trains_evaluates_and_deploys(project, name):
+    run = ["--set", "training.steps=4", "--set", "training.eval_n=4", "--quiet"]
+    r = own_cli(project, "train", "--set", "task.name=%s" % name, "--save-dir", "run", *run)
+    assert r.returncode == 0, r.stderr
+    r = own_cli(project, "eval", "run/best.pt", "--n", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n"] == 3
+    if name.endswith("-v0"):
+        return
+    r = own_cli(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
+                "tflm=false", "--option", "callgrind=false")
+    assert r.returncode == 0, r.stderr
+    f = json.loads((project / "esp" / "report.json").read_text())["figures"]
+    assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True
+    assert list(project.joinpath("esp").rglob("mygrid_gridworld_model.h"))
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["task.name=nomod:X"], "error: cannot import module 'nomod' for 'nomod:X': ModuleNotFoundError"),
+    (["task.name=mygrid:Nope"], "error: module mygrid defines no 'Nope'"),
+    (["task.name=mygrid:NOT_A_CLASS"], "is neither a gymnasium Env class nor a grpo-edge Task class"),
+    (["task.name=mygrid:Broken"], "error: environment mygrid:Broken failed in reset: RuntimeError: sensor offline"),
+    (["task.name=mygrid:GridWorld", 'task.env_kwargs={"sizee": 3}'],
+     "error: task.env_kwargs for mygrid:GridWorld: GridWorld.__init__() got an unexpected keyword argument 'sizee'"),
+])
+def test_own_env_bad_input_is_one_line(project, sets, message):
+    args = sum([["--set", s] for s in sets], [])
+    r = own_cli(project, "train", "--save-dir", "run", "--quiet", *args)
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith("device:")]
+    assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr

@@ -89,8 +89,10 @@ def train(
                % (getattr(trainer.task, "display_name", summary["task"]), metric, summary["final_" + metric], summary["steps"], summary["wall_seconds"], run_dir))
 
 
-# what `train` writes into a run folder: another run's files are never mixed with a new run's
+# what `train` writes into a run folder: another run's files are never mixed with a new run's. A folder
+# holds a run once one of RUN_MARKS is there (config.yaml alone: a start that failed before its first step).
 RUN_FILES = ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json", "curves.svg")
+RUN_MARKS = ("metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json")
 
 
 def check_run_folder(run_dir: Path, force: bool) -> None:
@@ -99,7 +101,7 @@ def check_run_folder(run_dir: Path, force: bool) -> None:
     if not run_dir.is_dir():
         return
     found = [n for n in RUN_FILES if (run_dir / n).exists()]
-    if not found:
+    if not any(n in RUN_MARKS for n in found):
         return
     if not force:
         raise ConfigError("%s holds another run (%s): continue it with --resume, start over with --force (deletes "

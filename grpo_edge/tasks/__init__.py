@@ -28,13 +28,51 @@ def task_class(name):
             raise ConfigError("unknown task %r (built-in: %s; a gymnasium id such as Pendulum-v1; or "
                               "'module:Class')%s" % (name, ", ".join(sorted(TASKS)),
                                                      closest(name, TASKS) or _close_gym_ids(name)))
-    module, cls = spec.split(":", 1)
-    try:
+    if spec.startswith("grpo_edge."):
+        module, cls = spec.split(":", 1)
         return getattr(importlib.import_module(module), cls)
-    except ImportError as e:
-        raise ConfigError("task %r: cannot import %s (%s)" % (name, module, e))
-    except AttributeError:
-        raise ConfigError("task %r: %s has no class %s" % (name, module, cls))
+    obj = import_user_object(name)
+    if isinstance(obj, str):                           # 'module:Id', an env id the module registers
+        return task_class(GYM_TASK)
+    if isinstance(obj, type) and _is_gym_env_class(obj):
+        return task_class(GYM_TASK)
+    if not isinstance(obj, type) or not all(hasattr(obj, a) for a in ("rollout", "logprobs", "evaluate")):
+        raise ConfigError("task %r: %s is neither a gymnasium Env class nor a grpo-edge Task class "
+                          "(rollout, logprobs, evaluate)" % (name, spec.split(":", 1)[1]))
+    return obj
+
+
+def import_user_object(spec):
+    """'module:Name' -> the class Name of the user's module, or the string 'module:Name' when Name is not an
+    attribute but a gymnasium id that importing the module registered. The current folder is importable
+    (as with `python -m`). One line (ConfigError) naming the module or the name otherwise."""
+    import os
+    import sys
+    module, name = spec.split(":", 1)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # the user's module: any import-time error is theirs to see, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError("cannot import module %r for %r: %s: %s" % (module, spec, type(e).__name__, first[:200]))
+    if hasattr(mod, name):
+        return getattr(mod, name)
+    try:
+        import gymnasium
+        if name in gymnasium.registry:
+            return spec
+    except ImportError:
+        pass
+    raise ConfigError("module %s defines no %r (and registers no gymnasium id of that name)" % (module, name))
+
+
+def _is_gym_env_class(obj):
+    try:
+        import gymnasium
+    except ImportError:
+        return False
+    return issubclass(obj, gymnasium.Env)
 
 
 def _is_gym_id(name):
@@ -78,8 +116,9 @@ def get_task(name, cfg=None, seed=0):
     defaults = getattr(cls, "defaults", None)
     if defaults is not None:
         cfg = dict(defaults, **cfg)
-    if TASKS.get(name, name) != GYM_TASK and _is_gym_id(name) and not cfg.get("env_id"):
-        cfg["env_id"] = name                       # task.name: Pendulum-v1
+    if TASKS.get(name, name) != GYM_TASK and not cfg.get("env_id") and (
+            _is_gym_id(name) or (":" in name and cls is task_class(GYM_TASK))):
+        cfg["env_id"] = name                       # task.name: Pendulum-v1, mymod:GridWorld, mymod:Grid-v0
     return cls(cfg, seed=seed)
 
 

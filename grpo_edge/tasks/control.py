@@ -10,7 +10,7 @@ import torch
 
 from grpo_edge.core import distributions
 from grpo_edge.core.rollout import rollout_lockstep
-from grpo_edge.errors import ConfigError
+from grpo_edge.errors import ConfigError, GrpoEdgeError
 from grpo_edge.tasks.base import Task
 
 
@@ -76,7 +76,7 @@ class ControlTask(Task):
     def _batched_envs(self, n):
         if n not in self._lockstep:
             from grpo_edge.tasks.vector_env import lockstep_envs
-            envs = lockstep_envs(self._gym, self.env_id, n, self.env_kwargs)
+            envs = lockstep_envs(self._gym, registered_id(self._gym, self.env_id), n, self.env_kwargs)
             self._lockstep[n] = ObservationAdapter(envs, self.obs_space, self.env_id)
         return self._lockstep[n]
 
@@ -223,15 +223,35 @@ _EXTRAS = (("box2d", "box2d"), ("mujoco", "mujoco"), ("imageio", "mujoco"), ("al
            ("atari", "atari"), ("pygame", "classic-control"))
 
 
+def registered_id(gym, env_id):
+    """The gymnasium id to make for `env_id`: a registered id as it is; 'module:Id' (gymnasium's convention:
+    the module registers Id on import) -> Id; 'module:EnvClass' (a gymnasium Env subclass) -> an id this
+    function registers for the class, 'grpo_edge_user/module.EnvClass-v0'."""
+    if ":" not in env_id:
+        return env_id
+    from grpo_edge.tasks import import_user_object
+    obj = import_user_object(env_id)
+    module, name = env_id.split(":", 1)
+    if isinstance(obj, str):
+        return name
+    if not (isinstance(obj, type) and issubclass(obj, gym.Env)):
+        raise ConfigError("%s is not a gymnasium Env class (nor a gymnasium id its module registers)" % env_id)
+    gid = "grpo_edge_user/%s.%s-v0" % (module, name)
+    if gid not in gym.registry:
+        gym.register(id=gid, entry_point=obj)
+    return gid
+
+
 def make_env(gym, env_id, env_kwargs):
     """gym.make with one-line errors: an unknown id (close matches), a missing extra (its pip name), bad
-    keyword arguments."""
-    if env_id not in gym.registry:
+    keyword arguments, an environment whose constructor or reset fails."""
+    gid = registered_id(gym, env_id)
+    if gid not in gym.registry:
         raise unknown_env(gym, env_id)
     try:
-        return gym.make(env_id, **env_kwargs)
+        return gym.make(gid, **env_kwargs)
     except (gym.error.DependencyNotInstalled, ImportError) as e:
-        entry = str(getattr(gym.spec(env_id), "entry_point", "")).lower()
+        entry = str(getattr(gym.spec(gid), "entry_point", "")).lower()
         msg = str(e).lower() + " " + entry
         extra = next((x for key, x in _EXTRAS if key in msg), None)
         how = ('pip install "gymnasium[%s]"' % extra) if extra else "install the package gymnasium names"
@@ -239,7 +259,10 @@ def make_env(gym, env_id, env_kwargs):
         raise ConfigError("gymnasium environment %s needs a package that is not installed: %s (%s)"
                           % (env_id, how, first[:160]))
     except TypeError as e:
-        raise ConfigError("task.env_kwargs for %s: %s" % (env_id, str(e).strip().splitlines()[0]))
+        raise ConfigError("task.env_kwargs for %s: %s" % (env_id, str(e).strip().splitlines()[0].split(" was raised")[0]))
+    except Exception as e:  # the user's environment class: its own error, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError("environment %s could not be built: %s: %s" % (env_id, type(e).__name__, first[:200]))
 
 
 def describe_space(space, what, env_id, allowed):
@@ -284,11 +307,22 @@ class ObservationAdapter(object):
         return out
 
     def reset(self, seeds):
-        return self.encode(self.envs.reset(seeds))
+        return self.encode(self._call("reset", self.envs.reset, seeds))
 
     def step(self, actions):
-        obs, rew, term, trunc = self.envs.step(actions)
+        obs, rew, term, trunc = self._call("step", self.envs.step, actions)
         return self.encode(obs), rew, term, trunc
+
+    def _call(self, what, fn, arg):
+        """The environment's own failure, in one line naming it and the call (a user's env raising)."""
+        try:
+            return fn(arg)
+        except GrpoEdgeError:
+            raise
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise GrpoEdgeError("environment %s failed in %s: %s%s" % (self.env_id, what, type(e).__name__,
+                                                                   (": " + first[:200]) if first else ""))
 
     def close(self):
         self.envs.close()
