@@ -56,3 +56,21 @@ def test_bad_activations_is_one_line(args, needle, tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.strip() == needle
     assert not (tmp_path / "x" / "report.json").exists()
+
+
+def test_fp32_onnx_with_calibration_deploys(tmp_path):
+    """An fp32 ONNX model and a calibration set (no checkpoint): quantized and compiled like a checkpoint."""
+    ckpt = str(cached_checkpoint("cartpole"))
+    run = CliRunner()
+    assert run.invoke(app, ["export", ckpt, "--out", str(tmp_path / "m.onnx")]).exit_code == 0
+    assert run.invoke(app, ["calibrate", ckpt, "--n", "256", "--out", str(tmp_path / "c.npz")]).exit_code == 0
+    out = tmp_path / "esp32"
+    r = run.invoke(app, ["deploy", "--target", "esp32c3", "--onnx", str(tmp_path / "m.onnx"), "--calibration",
+                         str(tmp_path / "c.npz"), "--out", str(out), "--option", "tflm=false", "--option",
+                         "callgrind=false"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["figures"]["host_bit_exact"]["value"] is True
+    q = rep["sections"]["quantization"]
+    chosen = next(c for c in q["candidates"] if c["activations"] == q["chosen"])
+    assert chosen["agreement_calibration"] >= 0.98

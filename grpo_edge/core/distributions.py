@@ -56,6 +56,13 @@ def logp_entropy(policy, out, actions):
     return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 
+def action_range(policy_or_task):
+    """high - low per action dimension (float64 array) of a continuous policy or task; None otherwise."""
+    if not getattr(policy_or_task, "continuous", False) or getattr(policy_or_task, "action_low", None) is None:
+        return None
+    return np.asarray(policy_or_task.action_high, np.float64) - np.asarray(policy_or_task.action_low, np.float64)
+
+
 def clip_to_bounds(actions, low, high):
     """What the environment receives: continuous actions clipped into [low, high] (numpy, per dimension)."""
     return np.clip(actions, low, high)

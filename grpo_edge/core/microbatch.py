@@ -15,8 +15,8 @@ what a pre-LN transformer keeps for backward, in fp32:
 activation; 2 * n_head * tokens: attention scores and their softmax; 3 * out_width: the logits,
 log-softmax and softmax); an MLP keeps 2 * hidden per layer. With gradient checkpointing every k-th block
 keeps only its input (width) and one block at a time is recomputed in backward, so the same budget takes
-larger micro-batches: checkpointing turns into fewer passes at the same memory. Small models (the CartPole MLP) fit in one
-micro-batch and run as before; convolutional models have no estimate and are not split; the seed-size
+larger micro-batches: checkpointing turns into fewer passes at the same memory. Small models (the CartPole
+MLP) fit in one micro-batch and run as before; convolutional models have no estimate and are not split; the seed-size
 micro-gpt at 256 samples x 72 tokens splits into pieces of ~15 samples.
 """
 import torch

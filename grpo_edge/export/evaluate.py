@@ -36,6 +36,27 @@ def onnx_policy(path, reference=False):
     return ArrayPolicy(lambda x: sess.run(None, {name: x})[0], name=str(path))
 
 
+# a continuous action "agrees" when every dimension is within this share of its range of the reference's
+ACTION_TOLERANCE = 0.01
+
+
+def action_errors(got, ref, action_range):
+    """Per input, the largest |got - ref| over the action dimensions, relative to each one's range:
+    (B, A) x2 -> (B,)."""
+    rng = np.asarray(action_range, dtype=np.float64).reshape(1, -1)
+    return (np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64)) / rng).max(-1)
+
+
+def agreement(got, ref, action_range=None) -> float:
+    """Share of inputs where an artifact decides as the reference: the same argmax (discrete policies), or,
+    with action_range (grpo_edge.core.distributions.action_range: a continuous policy), every action
+    within ACTION_TOLERANCE of its range."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    if action_range is not None:
+        return float((action_errors(got, ref, action_range) <= ACTION_TOLERANCE).mean())
+    return float((got.argmax(-1) == ref.argmax(-1)).mean())
+
+
 def task_metric(task, policy, n: int = 0) -> float:
     """The task's own metric (task.metric_name) of `policy`, greedy, on the task's evaluation split."""
     with torch.no_grad():

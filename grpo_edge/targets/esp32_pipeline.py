@@ -53,11 +53,9 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
         checkpoint2calibration(source, calib, n=n_calib)
     data = load_calibration(calib)
     check_calibration(data, calib)
-    action_range = None
-    if getattr(model, "continuous", False) and model.action_low is not None:
-        action_range = np.asarray(model.action_high, np.float64) - np.asarray(model.action_low, np.float64)
+    from grpo_edge.core.distributions import action_range
     choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
-                                 action_range)
+                                 action_range(model))
     options.setdefault("fp32_onnx", str(fp32))
     from grpo_edge.tasks import task_slug
     options.setdefault("prefix", task_slug(state))
@@ -93,11 +91,9 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     shutil.copyfile(str(source), str(fp32))
     data = load_calibration(calib)
     check_calibration(data, calib)
-    action_range = None
-    if getattr(model, "continuous", False) and model.action_low is not None:
-        action_range = np.asarray(model.action_high, np.float64) - np.asarray(model.action_low, np.float64)
-    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
-                                 action_range)
+    # an ONNX file does not say its action bounds: decisions compare by argmax (a continuous policy's single
+    # action column then always agrees; deploy it from its checkpoint for the action-error figures)
+    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
     options.setdefault("fp32_onnx", str(fp32))
     options.setdefault("prefix", default_prefix(source))
     options.setdefault("quantization", choice)

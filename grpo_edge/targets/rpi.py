@@ -149,28 +149,20 @@ def _write_folder(out, calib) -> dict:
     return sample
 
 
-def _agreement(got, ref, action_range=None):
-    """Share of samples deciding alike: the same argmax, or (continuous) every action within 1% of its range."""
-    if action_range is None:
-        return float(np.mean(got.argmax(-1) == ref.argmax(-1)))
-    err = (np.abs(got - ref) / np.asarray(action_range, np.float64).reshape(1, -1)).max(-1)
-    return float(np.mean(err <= 0.01))
-
-
 def _simulate(out, model, sample, art, opts, rep) -> dict:
     """The shipped runner on this host reproduces the checkpoint's outputs (fp32 within tolerance)."""
     ref = _reference_outputs(model, sample, art.fp32)
     np.save(str(out / "expected_outputs.npy"), ref)
-    action_range = None                    # a continuous policy: agreement of actions within 1% of their range
-    if model is not None and getattr(model, "continuous", False) and model.action_low is not None:
-        action_range = np.asarray(model.action_high, np.float64) - np.asarray(model.action_low, np.float64)
+    from grpo_edge.core.distributions import action_range as range_of
+    from grpo_edge.export.evaluate import agreement
+    action_range = range_of(model)         # a continuous policy: actions within 1% of their range agree
     how = ("argmax of" if action_range is None else "actions within 1% of the action range:")
     sim = {}
     for tag, path, reference in (("fp32", art.fp32, False), ("int8", art.int8, True)):
         got = np.asarray(run_runner(out, ["--model", path.name, "--input", "sample_inputs.npy", "--json"]
                                      + (["--reference"] if reference else []))["outputs"], dtype=np.float64)
         sim[tag] = {"max_abs_diff": float(np.max(np.abs(got - ref))),
-                    "action_agreement": _agreement(got, ref, action_range) if ref.ndim >= 2 else None}
+                    "action_agreement": agreement(got, ref, action_range) if ref.ndim >= 2 else None}
     ref_src = "torch checkpoint" if model is not None else "fp32 ONNX in onnxruntime"
     n_s = len(ref)
     rep.add("sim_fp32_max_abs_diff", sim["fp32"]["max_abs_diff"], "", "measured-host",

@@ -3,8 +3,9 @@
 Shapes: obs (B, obs_dim) float -> logits (B, n_actions), or (B, out_dim) when out_dim is set
 (out_dim=1 builds a critic). With continuous=True, n_actions is the action dimension and the output is
 the mean of a diagonal Gaussian whose log-std is the learned parameter `log_std` (n_actions,)
-(grpo_edge/core/distributions.py); the exported graph outputs that mean clipped to the action bounds. The exported graph is only Gemm + Tanh/Relu, which is what the ESP32
-code generator consumes (relu is its best-supported activation; tanh is the training default for control).
+(grpo_edge/core/distributions.py). The exported graph is only Gemm + Tanh/Relu (a continuous policy adds
+one Clip: the mean within the action bounds), which is what the ESP32 code generator consumes (relu is its
+best-supported activation; tanh is the training default for control).
 """
 import math
 

@@ -208,7 +208,9 @@ def _ort_check(graph, src, rng, opts, rep) -> None:
 def _fp32_check(graph, xf, fp32_onnx, task, rep) -> None:
     """Decisions of the integer reference vs the fp32 ONNX model (and each quantization candidate's), and
     the task metric of both when the task is known."""
-    action_range = task_action_range(task)
+    from grpo_edge.core.distributions import action_range as range_of
+    from grpo_edge.export.evaluate import ACTION_TOLERANCE, action_errors
+    action_range = range_of(task)
     agree = fp32_agreement(graph, fp32_onnx, xf, action_range)
     if action_range is None:
         rep.add("decision_agreement_fp32", agree, "", "measured-host",
@@ -283,24 +285,11 @@ def _tflm_check(graph, gen, x_q, opts, out, rep) -> None:
         rep.add("host_instructions_tflm", int(round(ipi["tflm"])), "instr", "measured-host", ipi["how"])
 
 
-# a continuous action "agrees" when every dimension is within this share of its range of the fp32 action
-ACTION_TOLERANCE = 0.01
-
-
 def fp32_agreement(graph, fp32_onnx, xf, action_range=None) -> float:
-    """Share of inputs where the integer reference decides as the fp32 model: the same argmax (discrete),
-    or, with action_range (high - low per dimension: a continuous policy), every action dimension within
-    ACTION_TOLERANCE of its range."""
+    """Share of inputs where the integer reference decides as the fp32 model (export/evaluate.py:agreement)."""
+    from grpo_edge.export.evaluate import agreement
     yq, yf = _integer_and_fp32(graph, fp32_onnx, xf)
-    if action_range is not None:
-        return float((action_errors(yq, yf, action_range) <= ACTION_TOLERANCE).mean())
-    return float((yq.argmax(1) == yf.argmax(1)).mean())
-
-
-def action_errors(yq, yf, action_range):
-    """Per input, the largest |a_int - a_fp32| over the action dimensions, relative to each one's range."""
-    rng = np.asarray(action_range, dtype=np.float64).reshape(1, -1)
-    return (np.abs(yq.astype(np.float64) - yf) / rng).max(1)
+    return agreement(yq, yf, action_range)
 
 
 def _integer_and_fp32(graph, fp32_onnx, xf):
@@ -313,13 +302,6 @@ def _integer_and_fp32(graph, fp32_onnx, xf):
     if o.scale is not None:                               # real units (actions), not integer codes
         yq = R.dequantize(yq, o.scale, o.zero_point)
     return yq.reshape(len(xf), -1), yf
-
-
-def task_action_range(task):
-    """high - low per action dimension of a continuous control task (None for discrete or unknown tasks)."""
-    if not getattr(task, "continuous", False) or getattr(task, "action_low", None) is None:
-        return None
-    return np.asarray(task.action_high, np.float64) - np.asarray(task.action_low, np.float64)
 
 
 def task_metrics(graph, task, fp32_onnx) -> dict:
