@@ -56,6 +56,13 @@ def logp_entropy(policy, out, actions):
     return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 
+def action_bounds(policy_or_task):
+    """(low (A,), high (A,)) float32 arrays of a continuous policy or task, for clip_to_bounds; None otherwise."""
+    if not getattr(policy_or_task, "continuous", False) or getattr(policy_or_task, "action_low", None) is None:
+        return None
+    return np.asarray(policy_or_task.action_low, np.float32), np.asarray(policy_or_task.action_high, np.float32)
+
+
 def action_range(policy_or_task):
     """high - low per action dimension (float64 array) of a continuous policy or task; None otherwise."""
     if not getattr(policy_or_task, "continuous", False) or getattr(policy_or_task, "action_low", None) is None:

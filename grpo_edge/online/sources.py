@@ -173,8 +173,7 @@ class EnvTask(object):
         return meta
 
     def _bounds(self):
-        return (np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)) \
-            if self.continuous else None
+        return distributions.action_bounds(self)
 
     def rollout(self, policy, num_groups, group_size, generator=None):
         """num_groups * G episodes acted by the served policy (or `policy` when no behaviour is set)."""

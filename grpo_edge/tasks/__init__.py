@@ -2,6 +2,7 @@
 import importlib
 
 from grpo_edge.errors import CheckpointError, ConfigError
+from grpo_edge.tasks.user_code import import_user_object
 
 # name -> "module:Class"
 TASKS = {
@@ -42,31 +43,6 @@ def task_class(name):
     return obj
 
 
-def import_user_object(spec):
-    """'module:Name' -> the class Name of the user's module, or the string 'module:Name' when Name is not an
-    attribute but a gymnasium id that importing the module registered. The current folder is importable
-    (as with `python -m`). One line (ConfigError) naming the module or the name otherwise."""
-    import os
-    import sys
-    module, name = spec.split(":", 1)
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        mod = importlib.import_module(module)
-    except Exception as e:  # the user's module: any import-time error is theirs to see, in one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError("cannot import module %r for %r: %s: %s" % (module, spec, type(e).__name__, first[:200]))
-    if hasattr(mod, name):
-        return getattr(mod, name)
-    try:
-        import gymnasium
-        if name in gymnasium.registry:
-            return spec
-    except ImportError:
-        pass
-    raise ConfigError("module %s defines no %r (and registers no gymnasium id of that name)" % (module, name))
-
-
 def _is_gym_env_class(obj):
     try:
         import gymnasium
@@ -93,8 +69,8 @@ def _close_gym_ids(name):
         import gymnasium
     except ImportError:
         return " (gymnasium is not installed: pip install -e \".[tasks]\")"
-    import difflib
-    close = difflib.get_close_matches(name, sorted(gymnasium.registry.keys()), n=3, cutoff=0.6)
+    from grpo_edge.tasks.control import close_gym_ids
+    close = close_gym_ids(gymnasium, name)
     return (" (did you mean %s?)" % ", ".join(close)) if close else ""
 
 

@@ -62,8 +62,7 @@ class ControlTask(Task):
         return env_slug(self.env_id)
 
     def _bounds(self):
-        return (np.asarray(self.action_low, np.float32), np.asarray(self.action_high, np.float32)) \
-            if self.continuous else None
+        return distributions.action_bounds(self)
 
     @property
     def display_name(self):
@@ -204,14 +203,15 @@ def env_slug(env_id):
     return ("env_" + s) if not s or s[0].isdigit() else s
 
 
-def gym_ids(gym):
-    return sorted(gym.registry.keys())
-
-
-def unknown_env(gym, env_id, detail=""):
-    """A ConfigError for an unregistered gymnasium id, with the closest registered ones."""
+def close_gym_ids(gym, env_id):
+    """Up to 3 registered gymnasium ids close to `env_id` (for 'did you mean')."""
     import difflib
-    close = difflib.get_close_matches(str(env_id), gym_ids(gym), n=3, cutoff=0.6)
+    return difflib.get_close_matches(str(env_id), sorted(gym.registry.keys()), n=3, cutoff=0.6)
+
+
+def unknown_env(gym, env_id):
+    """A ConfigError for an unregistered gymnasium id, with the closest registered ones."""
+    close = close_gym_ids(gym, env_id)
     hint = (" (did you mean %s?)" % ", ".join(close)) if close else " (`python -c \"import gymnasium; " \
         "print(list(gymnasium.registry))\"` lists them)"
     return ConfigError("unknown gymnasium environment %r%s" % (env_id, hint))
@@ -229,7 +229,7 @@ def registered_id(gym, env_id):
     function registers for the class, 'grpo_edge_user/module.EnvClass-v0'."""
     if ":" not in env_id:
         return env_id
-    from grpo_edge.tasks import import_user_object
+    from grpo_edge.tasks.user_code import import_user_object
     obj = import_user_object(env_id)
     module, name = env_id.split(":", 1)
     if isinstance(obj, str):

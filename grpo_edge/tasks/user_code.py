@@ -1,0 +1,30 @@
+"""The user's own code named as 'module:Name' (an Env class, a Task class, or an id the module registers):
+imported from the current folder as `python -m` would, with one-line errors."""
+import importlib
+import os
+import sys
+
+from grpo_edge.errors import ConfigError
+
+
+def import_user_object(spec):
+    """'module:Name' -> the class Name of the user's module, or the string 'module:Name' when Name is not an
+    attribute but a gymnasium id that importing the module registered. The current folder is importable
+    (as with `python -m`). One line (ConfigError) naming the module or the name otherwise."""
+    module, name = spec.split(":", 1)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # the user's module: any import-time error is theirs to see, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError("cannot import module %r for %r: %s: %s" % (module, spec, type(e).__name__, first[:200]))
+    if hasattr(mod, name):
+        return getattr(mod, name)
+    try:
+        import gymnasium
+        if name in gymnasium.registry:
+            return spec
+    except ImportError:
+        pass
+    raise ConfigError("module %s defines no %r (and registers no gymnasium id of that name)" % (module, name))
