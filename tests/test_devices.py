@@ -173,6 +173,12 @@ def test_max_memory_refuses_a_model_whose_state_cannot_fit():
     r = cli("train", "--max-memory", "lots", "--quiet", "--save-dir", "/nonexistent-never-written")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "error: training.max_memory must be a size such as 4G or 800M, got 'lots'"]
+    r = cli("train", "--set", "training.max_memory=0", "--quiet", "--save-dir", "/nonexistent-never-written")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: training.max_memory must be a size such as 4G or 800M, got 0"]
+    tr = GRPOTrainer(config={"task": {"name": "cartpole"}, "training": {"max_memory": 2 ** 30, "device": "cpu"}},
+                     progress=False)                                       # a number is bytes
+    assert tr.memory_budget == 2 ** 30
 
 
 def test_max_memory_sizes_the_activation_budget():

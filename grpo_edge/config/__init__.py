@@ -188,6 +188,8 @@ def _coerce(section, key, value, typ):
     optional = typ in (Optional[float], Optional[int], Optional[str])
     base = {Optional[float]: float, Optional[int]: int, Optional[str]: str}.get(typ, typ)
     kind = {bool: "bool", int: "int", float: "float", str: "str"}.get(base)
+    if section == "training" and validate.TRAINING_KEYS.get(key, "").startswith("size"):
+        kind = "size"           # '4G', '800M' or a number of bytes
     if kind is None:            # Any: checked by the section's own function
         return value
     return validate.check_key(section, key, value, kind + ("?" if optional else ""), ranges=RANGES, choices=CHOICES)

@@ -42,7 +42,8 @@ RANGES = {
     ("grpo", "critic_hidden"): (1, None, True),
 }
 CHOICES = defaults.CHOICES      # (section, key) -> allowed values: grpo_edge/core/defaults.py
-# Kinds of the training / grpo keys: "int", "float", "bool", "str", "float?" (a number or null).
+# Kinds of the training / grpo keys: "int", "float", "bool", "str", "size" ('4G', '800M' or bytes), and any
+# of them with "?" (null allowed).
 TRAINING_KEYS = {
     "steps": "int", "batch_size": "int", "lr": "float", "lr_scaling": "str", "base_batch_size": "int",
     "lr_schedule": "str", "warmup_steps": "int", "adam_beta1": "float", "adam_beta2": "float", "adam_eps": "float",
@@ -51,7 +52,7 @@ TRAINING_KEYS = {
     "warm_start_epochs": "int", "warm_start_lr": "float", "amp": "bool", "amp_dtype": "str",
     "gradient_checkpointing": "int",
     "device": "str", "seed": "int", "threads": "int", "log_every": "int", "tensorboard": "bool",
-    "plot_grad_flow_every": "int", "micro_batch_mb": "int?", "max_memory": "str?",
+    "plot_grad_flow_every": "int", "micro_batch_mb": "int?", "max_memory": "size?",
 }
 GRPO_KEYS = {
     "algo": "str", "group_size": "int", "num_iterations": "int", "clip_eps": "float", "clip_eps_high": "float?",
@@ -129,6 +130,10 @@ def check_key(section, key, value, kind, error=ConfigError, ranges=None, choices
             return None
         raise error("%s must not be empty" % where)
     kind = kind.rstrip("?")
+    if kind == "size":                  # '4G', '800M' or a number of bytes; checked, kept as given
+        from grpo_edge.core.devices import parse_size
+        parse_size(value, where)
+        return value if isinstance(value, str) else str(value)
     if kind == "bool":
         return check_bool(where, value, error)
     if kind == "str":
