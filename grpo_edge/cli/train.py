@@ -63,19 +63,20 @@ def train(
     if not resume:
         check_run_folder(run_dir, force)
     install_sigterm_handler()
-    trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
-    typer.echo("device: %s (%s)" % (trainer.device, trainer.device_reason), err=True)
-    for note in trainer.notes:
-        typer.echo("note: %s" % note, err=True)
-    for key, old, new in getattr(trainer, "resume_changes", None) or []:
-        typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
+    existed, trainer = run_dir.exists(), None
     try:
+        trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+        _echo_start(trainer)
         summary = trainer.train()
+    except GrpoEdgeError:
+        if not resume:
+            remove_failed_start(run_dir, existed)
+        raise
     except KeyboardInterrupt:
         import signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)         # a further Ctrl-C cannot cut this message short
         last = run_dir / "last.pt"
-        if trainer.interrupted_at is not None:
+        if trainer is not None and trainer.interrupted_at is not None:
             typer.echo("interrupted: saved %s at step %d (continue with --resume)" % (last, trainer.interrupted_at),
                        err=True)
         elif last.exists():
@@ -93,6 +94,26 @@ def train(
 # holds a run once one of RUN_MARKS is there (config.yaml alone: a start that failed before its first step).
 RUN_FILES = ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json", "curves.svg")
 RUN_MARKS = ("metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json")
+
+
+def _echo_start(trainer):
+    typer.echo("device: %s (%s)" % (trainer.device, trainer.device_reason), err=True)
+    for note in trainer.notes:
+        typer.echo("note: %s" % note, err=True)
+    for key, old, new in getattr(trainer, "resume_changes", None) or []:
+        typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
+
+
+def remove_failed_start(run_dir: Path, existed: bool) -> None:
+    """A run that failed before it saved anything leaves nothing behind: its config.yaml (and the folder, when
+    this run made it and it is empty). A run that saved a checkpoint or metrics keeps them."""
+    if not run_dir.is_dir() or any((run_dir / n).exists() for n in RUN_MARKS):
+        return
+    for name in ("config.yaml", "curves.svg"):
+        if (run_dir / name).exists():
+            (run_dir / name).unlink()
+    if not existed and not any(run_dir.iterdir()):
+        run_dir.rmdir()
 
 
 def check_run_folder(run_dir: Path, force: bool) -> None:

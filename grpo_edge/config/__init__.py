@@ -313,12 +313,15 @@ def _check_task(task: dict) -> dict:
                           % (", ".join(sorted(TASKS)), name))
     if name not in TASKS and ":" not in name:
         task_class(name)          # a gymnasium id, or one line: unknown, with the closest names
+    if task.get("kwargs") is not None and not isinstance(task["kwargs"], dict):
+        raise ConfigError("task.kwargs must be a mapping {key: value} (keyword arguments for %s), got %r"
+                          % (name, task["kwargs"]))
     defaults = task_defaults(name)
     if defaults is not None:
         ranges = getattr(task_class(name), "ranges", {}) or {}
         types = getattr(task_class(name), "types", {}) or {}
         for key in list(task):
-            if key == "name":
+            if key in ("name", "kwargs"):
                 continue
             if key not in defaults:
                 raise ConfigError("unknown key task.%s for task %s%s" % (key, name, _closest(str(key), defaults)))

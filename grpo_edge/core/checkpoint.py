@@ -7,6 +7,7 @@ A checkpoint is a dict of plain tensors and Python scalars/lists/dicts, so that
   arch          model registry name ("mlp", "micro-gpt", ...)
   model_config  constructor kwargs: build_model(arch, **model_config) rebuilds the model
   task          task name;  task_meta: spaces / vocabulary / input shape (plain data)
+  task_class    a user's Task class as 'module:Class' (absent for built-in tasks), so every command rebuilds it
   config        the resolved run config (nested dict)
   model         state dict
   optimizer, scheduler, rng, step, metrics   (training state; optional for deploy-only files)
@@ -84,6 +85,7 @@ def load_checkpoint(path, map_location="cpu"):
 # entry -> (type, what it must be), checked before anything is built from a checkpoint
 ENTRIES = {"arch": (str, "an architecture name"), "model_config": (dict, "a mapping of constructor arguments"),
            "model": (dict, "a mapping of weight tensors"), "task": (str, "a task name"),
+           "task_class": (str, "'module:Class'"),
            "config": (dict, "a mapping (the run config)"), "task_meta": (dict, "a mapping")}
 
 

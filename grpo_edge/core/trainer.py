@@ -238,10 +238,12 @@ class Trainer(distributed.ShardedTrainerMixin):
         mode = g["advantage"]
         if mode == "auto":
             mode = "reward_to_go" if ro.step_rewards is not None else "sequence"
+        if mode == "reward_to_go" and ro.step_rewards is None and ro.mask.shape[1] == 1:
+            mode = "sequence"                 # one action per sample (a bandit): its reward-to-go is its reward
         if mode == "reward_to_go":
             if ro.step_rewards is None:
-                raise ValueError("advantage 'reward_to_go' needs per-step rewards; task %s gives one "
-                                 "reward per sample (use 'sequence')" % self.task.name)
+                raise ConfigError("grpo.advantage 'reward_to_go' needs per-step rewards; task %s gives one "
+                                  "reward per sample (use grpo.advantage=sequence)" % self.task.name)
             ro.advantages = adv_lib.reward_to_go_advantages(ro.step_rewards, ro.mask, G, float(g["gamma"]),
                                                             g["scale_rewards"])
         else:
@@ -490,6 +492,9 @@ class Trainer(distributed.ShardedTrainerMixin):
             "rng": rng_state(), "task_state": self.task.get_state(),
         }
         state["generator"], state["generator_device"] = devices.generator_state(self.generator)
+        cls = type(self.task)
+        if not cls.__module__.startswith("grpo_edge."):      # a user's Task class: where to import it from
+            state["task_class"] = "%s:%s" % (cls.__module__, cls.__qualname__)
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         if self.ref_policy is not None:

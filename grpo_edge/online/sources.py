@@ -21,7 +21,6 @@ A record that is well-formed but carries numbers training cannot use (NaN / inf 
 float32, |reward| > 1e6, a logp that is not finite or below -50) does not stop the stream: its whole
 episode is dropped, and the reason is reported (decisions.jsonl "drop" events, `dropped_episodes`).
 """
-import importlib
 import json
 import math
 import socket
@@ -64,18 +63,21 @@ def policy_logprobs(policy, obs, actions):
 
 
 def make_env_factory(spec, kwargs):
-    """'package.module:Class' (reset/step in the gymnasium API) or a gymnasium id -> a function making one env."""
+    """'package.module:Class' (reset/step in the gymnasium API), 'module:Id' (an id the module registers with
+    gymnasium on import) or a gymnasium id -> a function making one env. The current folder is importable."""
     kwargs = dict(kwargs or {})
     if ":" in spec:
-        mod_name, cls_name = spec.split(":", 1)
+        from grpo_edge.tasks.user_code import import_user_object
         try:
-            mod = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise ConfigError("online.env %r: cannot import module %r (%s)" % (spec, mod_name, e))
-        cls = getattr(mod, cls_name, None)
-        if cls is None:
-            raise ConfigError("online.env %r: module %s has no %r" % (spec, mod_name, cls_name))
-        return lambda: cls(**kwargs)
+            obj = import_user_object(spec)
+        except ConfigError as e:
+            raise ConfigError("online.env: %s" % e)
+        if isinstance(obj, str):                      # 'module:Id': gymnasium makes the id the module registered
+            import gymnasium as gym
+            return lambda: gym.make(spec.split(":", 1)[1], **kwargs)
+        if not callable(obj):
+            raise ConfigError("online.env %r is not a class (an env with reset/step)" % spec)
+        return lambda: obj(**kwargs)
     try:
         import gymnasium as gym
     except ImportError:

@@ -1,7 +1,7 @@
 """Task registry. Built-in tasks are imported lazily (gymnasium / scikit-learn only when used)."""
 import importlib
 
-from grpo_edge.errors import CheckpointError, ConfigError
+from grpo_edge.errors import CheckpointError, ConfigError, GrpoEdgeError
 from grpo_edge.tasks.user_code import import_user_object
 
 # name -> "module:Class"
@@ -85,36 +85,70 @@ def default_arch(name):
 
 
 def get_task(name, cfg=None, seed=0):
-    """Build a task from its name and its config section (a dict; 'name' may be in it)."""
+    """Build a task from its name and its config section (a dict; 'name' may be in it). `task.kwargs` go to
+    the user's class: an Env class's constructor (with env_kwargs), or a Task class's as keyword arguments."""
     cfg = dict(cfg or {})
     cfg.pop("name", None)
+    kwargs = cfg.pop("kwargs", None) or {}
+    if not isinstance(kwargs, dict):
+        raise ConfigError("task.kwargs must be a mapping {key: value}, got %r" % (kwargs,))
     cls = task_class(name)
     defaults = getattr(cls, "defaults", None)
     if defaults is not None:
         cfg = dict(defaults, **cfg)
+    from grpo_edge.tasks.control import ControlTask
+    is_env = issubclass(cls, ControlTask)
     if TASKS.get(name, name) != GYM_TASK and not cfg.get("env_id") and (
             _is_gym_id(name) or (":" in name and cls is task_class(GYM_TASK))):
         cfg["env_id"] = name                       # task.name: Pendulum-v1, mymod:GridWorld, mymod:Grid-v0
-    return cls(cfg, seed=seed)
+    if is_env:
+        cfg["env_kwargs"] = dict(cfg.get("env_kwargs") or {}, **kwargs)
+        return cls(cfg, seed=seed)
+    try:
+        return cls(cfg, seed=seed, **kwargs)
+    except TypeError as e:
+        if not kwargs or "argument" not in str(e):
+            raise
+        raise ConfigError("task.kwargs for %s: %s" % (name, str(e).splitlines()[0]))
+    except GrpoEdgeError:
+        raise
+    except Exception as e:
+        if cls.__module__.startswith("grpo_edge."):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""   # the user's class: its error, one line
+        raise ConfigError("task %s could not be built: %s%s" % (name, type(e).__name__, (": " + first[:200]) if first
+                                                                else ""))
+
+
+def _check_importable(spec):
+    module, qualname = spec.split(":", 1)
+    if module == "__main__" or "<locals>" in qualname:
+        raise CheckpointError("the checkpoint's task class %s was defined %s, which another process cannot "
+                              "import: move it into a module (my_tasks.py) and train again"
+                              % (qualname.split(".")[-1], "in a script (__main__)" if module == "__main__"
+                                 else "inside a function"))
 
 
 def task_slug(state: dict) -> str:
     """A checkpoint's task as a name for files, reports and C symbols: a control task's environment
     ('Pendulum-v1' -> 'pendulum_v1', also under task.env_id with another task name), else the task name
-    with '-' as '_'."""
+    made a C identifier ('zh-en-numbers' -> 'zh_en_numbers')."""
     meta = state.get("task_meta") if isinstance(state.get("task_meta"), dict) else {}
     if isinstance(meta.get("slug"), str) and meta["slug"]:
         return meta["slug"]
-    return str(state.get("task") or "model").replace("-", "_")
+    from grpo_edge.tasks.control import env_slug
+    return env_slug(state.get("task") or "model")
 
 
 def task_from_state(state: dict, seed: int = 0):
     """Rebuild the task a checkpoint was trained on (name from state["task"], config from state["config"])."""
     config = state.get("config") if isinstance(state.get("config"), dict) else {}
     task_cfg = config.get("task") if isinstance(config.get("task"), dict) else {}
-    name = state.get("task") or task_cfg.get("name")
+    name = state.get("task_class") or state.get("task") or task_cfg.get("name")
     if not name or not isinstance(name, str):
         raise CheckpointError("checkpoint names no task: cannot rebuild it")
+    if state.get("task_class"):
+        _check_importable(state["task_class"])
     cfg = dict(task_cfg)
     allowed = getattr(task_class(name), "archs", None) if name in TASKS else None
     if allowed and state.get("arch") not in allowed:

@@ -14,7 +14,7 @@ class Task:
           or "sequence" (a completion of tokens per prompt).
     metric_name: the name of the evaluation metric in `evaluate()` ("return", "accuracy", "exact_match").
     """
-    name = "task"
+    name = "task"          # a class that sets no name is named after itself (Loudest -> "loudest")
     kind = "control"
     metric_name = "return"
     higher_is_better = True
@@ -22,6 +22,8 @@ class Task:
     def __init__(self, cfg: dict, seed: int = 0):
         self.cfg = cfg            # the resolved `task` section of the config (a dict)
         self.seed = seed
+        if self.name == "task":
+            self.name = type(self).__name__.lower()
 
     # --- what the model needs -------------------------------------------------------------
     def model_kwargs(self) -> dict:

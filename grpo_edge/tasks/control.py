@@ -44,6 +44,7 @@ class ControlTask(Task):
         probe = self._make()
         self.obs_space = describe_space(probe.observation_space, "observation", self.env_id, ("Box", "Discrete"))
         act = describe_space(probe.action_space, "action", self.env_id, ("Discrete", "Box"))
+        check_env_outputs(probe, self.env_id)
         probe.close()
         self.obs_dim = self.obs_space["size"]
         self.continuous = act["kind"] == "Box"
@@ -263,6 +264,43 @@ def make_env(gym, env_id, env_kwargs):
     except Exception as e:  # the user's environment class: its own error, in one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError("environment %s could not be built: %s: %s" % (env_id, type(e).__name__, first[:200]))
+
+
+def check_env_outputs(env, env_id):
+    """One reset and one random step of `env`: its own failure, a step that does not return gymnasium's five
+    values, or an observation of another shape than its observation_space, as one line naming the env."""
+    import warnings
+
+    def call(what, fn, *args, **kwargs):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")       # gymnasium's env checker: our own line says it better
+                return fn(*args, **kwargs)
+        except GrpoEdgeError:
+            raise
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise GrpoEdgeError("environment %s failed in %s: %s%s" % (env_id, what, type(e).__name__,
+                                                                   (": " + first[:200]) if first else ""))
+
+    def check_obs(what, obs):
+        want = tuple(env.observation_space.shape or ())
+        got = np.shape(obs)
+        if type(env.observation_space).__name__ == "Box" and got != want:
+            raise ConfigError("environment %s: %s returned an observation of shape %s; its observation_space "
+                              "is a Box of shape %s" % (env_id, what, got, want))
+
+    out = call("reset", env.reset, seed=0)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ConfigError("environment %s: reset must return (observation, info), got %s"
+                          % (env_id, type(out).__name__ if not isinstance(out, tuple) else "%d values" % len(out)))
+    check_obs("reset", out[0])
+    out = call("step", env.step, env.action_space.sample())
+    if not (isinstance(out, tuple) and len(out) == 5):
+        raise ConfigError("environment %s: step must return (observation, reward, terminated, truncated, info), "
+                          "got %s" % (env_id, type(out).__name__ if not isinstance(out, tuple)
+                                      else "%d values" % len(out)))
+    check_obs("step", out[0])
 
 
 def describe_space(space, what, env_id, allowed):

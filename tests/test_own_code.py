@@ -1,0 +1,256 @@
+"""The user's own code as a task: a gymnasium Env class (module:Class), an env id their module registers
+(module:Id), a grpo-edge Task class (module:Class, with task.kwargs). Each is used as a user would: the CLI
+in a fresh process, run in their project folder with their module beside it; bad input is one line."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_edge.errors import CheckpointError, ConfigError
+from grpo_edge.tasks import get_task, task_from_state
+from grpo_edge.tasks.bandit import BanditTask
+from grpo_edge.training_run import GRPOTrainer
+
+OWN_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class GridWorld(gym.Env):
+    """Walk right along a line of `size` cells to the goal: +1 there, -0.01 a step."""
+    observation_space = spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, size=6):
+        self.size = size
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = int(self.np_random.integers(0, self.size // 2))
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.pos / self.size, 1.0], np.float32)
+
+    def step(self, action):
+        self.pos = max(0, min(self.size - 1, self.pos + (1 if action == 1 else -1)))
+        done = self.pos == self.size - 1
+        return self._obs(), (1.0 if done else -0.01), done, False, {}
+
+
+class Broken(GridWorld):
+    def reset(self, seed=None, options=None):
+        raise RuntimeError("sensor offline")
+
+
+class StepFails(GridWorld):
+    def step(self, action):
+        raise ValueError("motor stalled")
+
+
+class WrongShape(GridWorld):
+    def _obs(self):
+        return np.zeros(3, np.float32)
+
+
+class LateFailure(GridWorld):
+    resets = 0
+
+    def reset(self, seed=None, options=None):
+        LateFailure.resets += 1
+        if LateFailure.resets > 2:            # the probe and the first rollout's reset pass, then it fails
+            raise RuntimeError("battery low")
+        return super().reset(seed=seed, options=options)
+
+
+NOT_A_CLASS = 3
+gym.register("GridWorld-v0", entry_point=GridWorld, max_episode_steps=30)
+'''
+
+OWN_TASK = '''
+import numpy as np
+from grpo_edge.tasks.bandit import BanditTask
+
+
+class Loudest(BanditTask):
+    """Which of 4 microphones hears the loudest sound? Input: 4 levels; action: a microphone."""
+    n_actions = 4
+
+    def __init__(self, cfg, seed=0, n=1000):
+        self.n = n
+        super().__init__(cfg, seed)
+
+    def load(self):
+        rng = np.random.RandomState(0)
+        x = rng.rand(self.n, 4).astype(np.float32)
+        y = x.argmax(1)
+        k = self.n * 4 // 5
+        return x[:k], y[:k], x[k:], y[k:]
+
+
+class BadLoad(Loudest):
+    def load(self):
+        return np.zeros((5, 4), np.float32)
+
+
+class BadLabels(Loudest):
+    def load(self):
+        x = np.zeros((8, 4), np.float32)
+        return x, np.zeros((8, 2), np.int64), x, np.zeros(8, np.int64)
+'''
+
+
+def own_cli(cwd, *args):
+    """The CLI as a user runs it in their project folder (a fresh process; their module beside them)."""
+    return subprocess.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], capture_output=True,
+                          text=True, cwd=str(cwd), timeout=600)
+
+
+def one_error_line(r):
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / "mygrid.py").write_text(OWN_ENV)
+    (tmp_path / "mytasks.py").write_text(OWN_TASK)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    for mod in ("mygrid", "mytasks"):
+        sys.modules.pop(mod, None)
+
+
+@pytest.mark.parametrize("name", ["mygrid:GridWorld", "mygrid:GridWorld-v0"])
+def test_own_env_class_or_id_trains_evaluates_and_deploys(project, name):
+    run = ["--set", "training.steps=4", "--set", "training.eval_n=4", "--quiet"]
+    r = own_cli(project, "train", "--set", "task.name=%s" % name, "--save-dir", "run", *run)
+    assert r.returncode == 0, r.stderr
+    r = own_cli(project, "eval", "run/best.pt", "--n", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["n"] == 3
+    if name.endswith("-v0"):
+        return
+    r = own_cli(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
+                "tflm=false", "--option", "callgrind=false")
+    assert r.returncode == 0, r.stderr
+    f = json.loads((project / "esp" / "report.json").read_text())["figures"]
+    assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True
+    assert list(project.joinpath("esp").rglob("mygrid_gridworld_model.h"))
+
+
+def test_own_task_class_with_kwargs_trains_evaluates_and_deploys(project):
+    r = own_cli(project, "train", "--set", "task.name=mytasks:Loudest", "--set", 'task.kwargs={"n": 600}',
+                "--set", "training.steps=150", "--save-dir", "run", "--quiet")
+    assert r.returncode == 0, r.stderr
+    state = torch.load(str(project / "run" / "best.pt"), weights_only=True)
+    assert state["task_class"] == "mytasks:Loudest" and state["task"] == "loudest"   # name from the class
+    r = own_cli(project, "eval", "run/best.pt", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["n"] == 120 and res["accuracy"] > 0.5          # kwargs n=600 -> 120 test inputs; chance is 0.25
+    r = own_cli(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
+                "tflm=false", "--option", "callgrind=false")
+    assert r.returncode == 0, r.stderr
+    f = json.loads((project / "esp" / "report.json").read_text())["figures"]
+    assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True
+    assert list(project.joinpath("esp").rglob("loudest_model.h"))
+    r = own_cli(project, "deploy", "--target", "rpi4", "--checkpoint", "run/best.pt", "--out", "pi")
+    assert r.returncode == 0, r.stderr
+    assert (project / "pi" / "model.int8.onnx").exists() and (project / "pi" / "runner.py").exists()
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["task.name=nomod:X"], "error: cannot import module 'nomod' for 'nomod:X': ModuleNotFoundError"),
+    (["task.name=mygrid:Nope"], "error: module mygrid defines no 'Nope'"),
+    (["task.name=mygrid:NOT_A_CLASS"], "is neither a gymnasium Env class nor a grpo-edge Task class"),
+    (["task.name=mygrid:Broken"], "error: environment mygrid:Broken failed in reset: RuntimeError: sensor offline"),
+    (["task.name=mygrid:StepFails"], "error: environment mygrid:StepFails failed in step: ValueError: motor stalled"),
+    (["task.name=mygrid:WrongShape"], "error: environment mygrid:WrongShape: reset returned an observation of "
+                                      "shape (3,); its observation_space is a Box of shape (2,)"),
+    (["task.name=mygrid:LateFailure"], "error: environment mygrid:LateFailure failed in reset: RuntimeError: battery"),
+    (["task.name=mygrid:GridWorld", 'task.env_kwargs={"sizee": 3}'],
+     "error: task.env_kwargs for mygrid:GridWorld: GridWorld.__init__() got an unexpected keyword argument 'sizee'"),
+    (["task.name=mygrid:GridWorld", 'task.kwargs={"sizee": 3}'], "unexpected keyword argument 'sizee'"),
+    (["task.name=mytasks:Loudest", 'task.kwargs={"m": 3}'],
+     "error: task.kwargs for mytasks:Loudest: Loudest.__init__() got an unexpected keyword argument 'm'"),
+    (["task.name=mytasks:Loudest", "task.kwargs=3"], "error: task.kwargs must be a mapping"),
+    (["task.name=mytasks:BadLoad"], "error: BadLoad.load() must return (x_train, y_train, x_test, y_test)"),
+    (["task.name=mytasks:BadLabels"], "error: BadLabels.load(): y_train must be (8,) integer labels, got shape (8, 2)"),
+])
+def test_own_code_bad_input_is_one_line_and_writes_nothing(project, sets, message):
+    args = sum([["--set", s] for s in sets], [])
+    r = own_cli(project, "train", "--save-dir", "run", "--quiet", "--set", "training.steps=2", *args)
+    assert message in one_error_line(r)
+    assert not (project / "run").exists()
+
+
+def test_a_failed_start_in_an_existing_folder_leaves_the_folder(project):
+    (project / "run").mkdir()
+    (project / "run" / "notes.txt").write_text("mine")
+    r = own_cli(project, "train", "--save-dir", "run", "--quiet", "--set", "task.name=mygrid:LateFailure")
+    assert "battery low" in one_error_line(r)
+    assert sorted(p.name for p in (project / "run").iterdir()) == ["notes.txt"]
+
+
+def test_task_kwargs_reach_an_env_class(project):
+    task = get_task("mygrid:GridWorld", {"kwargs": {"size": 9}})
+    assert task.env_kwargs == {"size": 9}
+    assert task._make().unwrapped.size == 9
+
+
+def test_a_task_class_another_process_cannot_import_is_named(project):
+    class Local(BanditTask):
+        n_actions = 2
+
+        def load(self):
+            x = np.eye(2, dtype=np.float32)
+            return x, np.arange(2), x, np.arange(2)
+
+    tr = GRPOTrainer(task=Local({}), config={"task": {"name": "cartpole"}, "training": {
+        "steps": 1, "eval_every": 0, "device": "cpu"}, "grpo": {"group_size": 2}}, progress=False)
+    state = tr.state_dict()
+    assert state["task"] == "local" and state["task_class"].endswith(":test_a_task_class_another_process_cannot_"
+                                                                      "import_is_named.<locals>.Local")
+    with pytest.raises(CheckpointError, match="task class Local was defined inside a function, which another "
+                                              "process cannot import: move it into a module"):
+        task_from_state(state)
+
+
+def test_bandit_data_is_checked():
+    class Nan(BanditTask):
+        def load(self):
+            x = np.full((4, 2), np.nan, np.float32)
+            return x, np.zeros(4, np.int64), x, np.zeros(4, np.int64)
+
+    with pytest.raises(ConfigError, match=r"Nan.load\(\): x_train holds NaN or inf"):
+        Nan({})
+
+
+@pytest.mark.parametrize("spec", ["mygrid:GridWorld", "mygrid:GridWorld-v0"])
+def test_online_trainer_makes_the_users_env(project, spec):
+    from grpo_edge.online.sources import make_env_factory
+    env = make_env_factory(spec, {"size": 4})()
+    obs, _ = env.reset(seed=0)
+    assert np.shape(obs) == (2,) and env.unwrapped.size == 4
+
+
+def test_online_trainer_names_a_missing_env(project):
+    from grpo_edge.online.sources import make_env_factory
+    with pytest.raises(ConfigError, match="online.env: module mygrid defines no 'Nope'"):
+        make_env_factory("mygrid:Nope", {})
+
+
+def test_a_task_class_that_raises_is_one_line(project):
+    (project / "failing_task.py").write_text(
+        "from mytasks import Loudest\n\nclass NoData(Loudest):\n    def load(self):\n"
+        "        return open('missing.csv').read()\n")
+    r = own_cli(project, "train", "--save-dir", "run", "--quiet", "--set", "task.name=failing_task:NoData")
+    assert "error: task failing_task:NoData could not be built: FileNotFoundError: [Errno 2] No such file or " \
+           "directory: 'missing.csv'" in one_error_line(r)
