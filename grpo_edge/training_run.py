@@ -28,6 +28,27 @@ from grpo_edge.report import atomic_write_text
 ZERO_SPREAD_STEPS = 5
 
 
+class NoSignalWatch(object):
+    """Says (once) when GRPO has had no learning signal for ZERO_SPREAD_STEPS steps running: every group's
+    samples got one reward, and either no step has had a spread yet (a reward the policy cannot vary) or the
+    reward is below the best seen (a collapse). A policy that learned and now always earns its best reward
+    has converged: no warning."""
+
+    def __init__(self):
+        self.run, self.best, self.had_spread, self.warned = 0, -float("inf"), False, False
+
+    def update(self, metrics) -> bool:
+        reward, flat = metrics["reward_mean"], metrics.get("frac_zero_std", 0.0) >= 1.0
+        stuck = flat and (not self.had_spread or reward < self.best - 1e-6 * (1.0 + abs(self.best)))
+        self.had_spread = self.had_spread or not flat
+        self.best = max(self.best, reward)
+        self.run = self.run + 1 if stuck else 0
+        if self.run >= ZERO_SPREAD_STEPS and not self.warned:
+            self.warned = True
+            return True
+        return False
+
+
 class GRPOTrainer(Trainer):
     """GRPO on a task, with a run folder.
 
@@ -274,11 +295,10 @@ class GRPOTrainer(Trainer):
                                                                     after[metric_name]))
                     self.save("warm_start.pt")
                 self._in_steps = True
-                zero_spread = 0
+                signal = NoSignalWatch()
                 while self.step < t_cfg.steps:
                     m = self._train_step_within_memory()
-                    zero_spread = zero_spread + 1 if m.get("frac_zero_std", 0.0) >= 1.0 else 0
-                    if zero_spread == ZERO_SPREAD_STEPS and self.rank == 0:
+                    if signal.update(m) and self.rank == 0:
                         self._warn_no_signal()
                     done = self.step >= t_cfg.steps
                     if (t_cfg.eval_every and self.step % t_cfg.eval_every == 0) or done:

@@ -66,9 +66,19 @@ def test_parse_overrides_types():
         "training": {"amp": True}, "grpo": {"beta": 0.04}, "task": {"name": "digits"}}
 
 
-def test_every_recipe_loads(root):
+def test_every_recipe_loads(root, tmp_path, monkeypatch):
+    """A recipe for a kind of task (bandit.yaml: task.name null) loads with a task of that kind named."""
     import pathlib
+    (tmp_path / "kind_tasks.py").write_text(
+        "import numpy as np\nfrom grpo_edge.tasks.bandit import BanditTask\n\nclass Two(BanditTask):\n"
+        "    def load(self):\n        x = np.eye(2, dtype=np.float32)\n        return x, np.arange(2), x, np.arange(2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     recipes = sorted(pathlib.Path(root, "configs").glob("*.yaml"))
     assert recipes
     for p in recipes:
-        load_config(p)
+        if yaml.safe_load(p.read_text())["task"]["name"] is None:
+            with pytest.raises(ConfigError, match="task.name is missing"):
+                load_config(p)
+            assert load_config(p, overrides=["task.name=kind_tasks:Two"]).task["name"] == "kind_tasks:Two"
+        else:
+            load_config(p)

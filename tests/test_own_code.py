@@ -254,3 +254,43 @@ def test_a_task_class_that_raises_is_one_line(project):
     r = own_cli(project, "train", "--save-dir", "run", "--quiet", "--set", "task.name=failing_task:NoData")
     assert "error: task failing_task:NoData could not be built: FileNotFoundError: [Errno 2] No such file or " \
            "directory: 'missing.csv'" in one_error_line(r)
+
+
+# ---------------------------------------------------------------------------------------------- docs/own_task.md
+def doc_files():
+    import re
+    text = (Path(__file__).resolve().parent.parent / "docs" / "own_task.md").read_text(encoding="utf-8")
+    return dict((t.splitlines()[0][2:].strip(), t) for lang, t in re.findall(r"```(\w+)\n(.*?)```", text, re.S)
+                if lang == "python")
+
+
+@pytest.mark.parametrize("name, sets, metric, above", [
+    ("my_control:DryLake", ["training.steps=40"], "return", 0.9),          # reaches the goal: +1
+    ("my_bandit:Thermostat", [], "accuracy", 0.85),                          # bandit.yaml's 300 steps
+    ("my_text:Doubling", ["task.max_operand=499", "training.steps=2", "training.warm_start_epochs=1",
+                          "training.eval_n=8", "task.eval_size=8"], "exact_match", None),
+])
+def test_own_task_doc_examples_train_and_evaluate(tmp_path, name, sets, metric, above):
+    for fname, text in doc_files().items():
+        (tmp_path / fname).write_text(text)
+    config = ["--config", "arithmetic.yaml"] if name.startswith("my_text") else []
+    r = own_cli(tmp_path, "train", *config, "--set", "task.name=" + name, *sum([["--set", s] for s in sets], []),
+                "--save-dir", "run", "--quiet")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    if above is not None:
+        assert summary["best_" + metric] > above, summary
+    r = own_cli(tmp_path, "eval", "run/best.pt", "--n", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    assert metric in json.loads(r.stdout)
+
+
+def test_train_without_config_uses_the_tasks_recipe_or_its_kinds(project):
+    from grpo_edge.config import default_recipe
+    assert default_recipe(None)["task"]["name"] == "cartpole"
+    assert default_recipe("Pendulum-v1")["grpo"]["gamma"] == 0.95               # configs/pendulum.yaml
+    assert default_recipe("digits")["model"]["arch"] == "lite-resnet"
+    bandit = default_recipe("mytasks:Loudest")
+    assert bandit["task"] == {"name": "mytasks:Loudest"} and bandit["training"]["batch_size"] == 32
+    control = default_recipe("mygrid:GridWorld")
+    assert control["task"] == {"name": "mygrid:GridWorld"} and control["grpo"]["advantage"] == "reward_to_go"

@@ -9,7 +9,7 @@ from grpo_edge.errors import ConfigError, GrpoEdgeError
 
 
 def train(
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (e.g. configs/cartpole.yaml); default: the cartpole recipe."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (a file, or a built-in: cartpole.yaml, bandit.yaml, ...). Default: the task's own recipe, else the one for its kind (control: cartpole, bandit: bandit, text: arithmetic)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
     data_path: Optional[str] = typer.Option(None, "--data-path", "--data_path", help="Your own data (text tasks: TSV/JSONL pairs)."),
     save_dir: Optional[str] = typer.Option(None, "--save-dir", "--save_dir", help="Run folder (default runs/<task>)."),
@@ -56,9 +56,8 @@ def train(
         from grpo_edge.online.runner import run_online_cli
         return run_online_cli(config, overrides + ["%s=%s" % (k, json.dumps(v)) for k, v in literals.items()],
                               save_dir)
-    from grpo_edge.config import load_config
     from grpo_edge.training_run import GRPOTrainer, install_sigterm_handler
-    cfg = load_config(config or "cartpole.yaml", overrides=overrides, literals=literals)
+    cfg = load_train_config(config, overrides, literals)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     if not resume:
         check_run_folder(run_dir, force)
@@ -73,17 +72,7 @@ def train(
             remove_failed_start(run_dir, existed)
         raise
     except KeyboardInterrupt:
-        import signal
-        signal.signal(signal.SIGINT, signal.SIG_IGN)         # a further Ctrl-C cannot cut this message short
-        last = run_dir / "last.pt"
-        if trainer is not None and trainer.interrupted_at is not None:
-            typer.echo("interrupted: saved %s at step %d (continue with --resume)" % (last, trainer.interrupted_at),
-                       err=True)
-        elif last.exists():
-            typer.echo("interrupted: nothing new saved; %s holds the last completed save (continue with --resume)"
-                       % last, err=True)
-        else:
-            typer.echo("interrupted: nothing saved yet (last.pt is written every training.save_every steps)", err=True)
+        _say_interrupted(trainer, run_dir)
         raise typer.Exit(130)
     metric = summary["metric"]
     typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
@@ -94,6 +83,30 @@ def train(
 # holds a run once one of RUN_MARKS is there (config.yaml alone: a start that failed before its first step).
 RUN_FILES = ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json", "curves.svg")
 RUN_MARKS = ("metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json")
+
+
+def load_train_config(config, overrides, literals):
+    """The run's config: --config's recipe, or without one the task's own recipe (config.default_recipe)."""
+    from grpo_edge.config import default_recipe, load_config, parse_overrides
+    if config is not None:
+        return load_config(config, overrides=overrides, literals=literals)
+    task_name = parse_overrides(overrides).get("task", {}).get("name")
+    return load_config(None, overrides=overrides, literals=literals,
+                       data=default_recipe(task_name if isinstance(task_name, str) else None))
+
+
+def _say_interrupted(trainer, run_dir):
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)         # a further Ctrl-C cannot cut this message short
+    last = run_dir / "last.pt"
+    if trainer is not None and trainer.interrupted_at is not None:
+        typer.echo("interrupted: saved %s at step %d (continue with --resume)" % (last, trainer.interrupted_at),
+                   err=True)
+    elif last.exists():
+        typer.echo("interrupted: nothing new saved; %s holds the last completed save (continue with --resume)"
+                   % last, err=True)
+    else:
+        typer.echo("interrupted: nothing saved yet (last.pt is written every training.save_every steps)", err=True)
 
 
 def _echo_start(trainer):
@@ -177,7 +190,14 @@ def tasks(
     typer.echo(rows2json(header, rows) if json_out else rows2text(header, rows))
 
 
+TRAIN_HELP = ("Train a policy with GRPO (or PPO, grpo.algo=ppo) on a built-in or your own task.\n\n"
+              "The task is --set task.name=NAME: a built-in task (grpo-edge tasks), a gymnasium id (Pendulum-v1), "
+              "your gymnasium Env class or grpo-edge Task class as module:Class, or an id your module registers "
+              "as module:Id (imported from the current folder); its arguments as --set 'task.kwargs={\"size\": 8}'. "
+              "docs/own_task.md says what a Task implements.")
+
+
 def register(app):
-    app.command("train")(train)
+    app.command("train", help=TRAIN_HELP)(train)
     app.command("eval")(eval_)
     app.command("tasks")(tasks)

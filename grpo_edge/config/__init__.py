@@ -390,6 +390,32 @@ def resolve_config_path(path) -> Path:
     raise ConfigError("config file not found: %s (built-in recipes: %s)" % (path, ", ".join(builtin_recipes())))
 
 
+# the recipe `train` uses without --config for a task that has none of its own, by the task's kind
+KIND_RECIPES = {"control": "cartpole.yaml", "bandit": "bandit.yaml", "sequence": "arithmetic.yaml"}
+
+
+def default_recipe(task_name=None) -> dict:
+    """The config `train` starts from without --config (a dict, before overrides): the built-in recipe of
+    `task_name` (configs/<recipe>.yaml whose task.name it is), else the recipe for its kind (KIND_RECIPES) with
+    that recipe's own task keys dropped and the model set to the task's default architecture when it
+    differs; cartpole's recipe when no task is named."""
+    recipes = {}
+    for name in builtin_recipes():
+        raw = validate.yaml_load(resolve_config_path(name).read_text(encoding="utf-8")) or {}
+        recipes[name] = raw
+        if task_name is not None and (raw.get("task") or {}).get("name") == task_name:
+            return raw
+    if task_name is None:
+        return recipes["cartpole.yaml"]
+    from grpo_edge.tasks import default_arch, task_class
+    raw = dict(recipes[KIND_RECIPES.get(getattr(task_class(task_name), "kind", "control"), "cartpole.yaml")])
+    raw["task"] = {"name": task_name}
+    arch = default_arch(task_name)
+    if (raw.get("model") or {}).get("arch") != arch:
+        raw["model"] = {"arch": arch}
+    return raw
+
+
 def builtin_recipes():
     here = Path(__file__).resolve().parent.parent      # the grpo_edge package folder
     for d in (here.parent / "configs", here / "configs"):
