@@ -68,6 +68,35 @@ class LateFailure(GridWorld):
         return super().reset(seed=seed, options=options)
 
 
+class OffsetSpaces(GridWorld):
+    """Discrete spaces that do not start at 0: observations 1..6, actions -1 (left) and 0 (right)."""
+    observation_space = spaces.Discrete(6, start=1)
+    action_space = spaces.Discrete(2, start=-1)
+
+    def _obs(self):
+        return self.pos + 1
+
+    def step(self, action):
+        assert action in (-1, 0), action
+        return super().step(action + 1)
+
+
+class DictObs(GridWorld):
+    observation_space = spaces.Dict({"a": spaces.Box(0.0, 1.0, (2,))})
+
+
+class TwoActions(GridWorld):
+    action_space = spaces.MultiDiscrete([2, 2])
+
+
+class NotAnEnv:
+    def reset(self, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, True, False, {}
+
+
 NOT_A_CLASS = 3
 gym.register("GridWorld-v0", entry_point=GridWorld, max_episode_steps=30)
 '''
@@ -135,14 +164,16 @@ def test_own_env_class_or_id_trains_evaluates_and_deploys(project, name):
     r = own_cli(project, "eval", "run/best.pt", "--n", "3", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["n"] == 3
-    if name.endswith("-v0"):
-        return
     r = own_cli(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
                 "tflm=false", "--option", "callgrind=false")
     assert r.returncode == 0, r.stderr
     f = json.loads((project / "esp" / "report.json").read_text())["figures"]
     assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True
-    assert list(project.joinpath("esp").rglob("mygrid_gridworld_model.h"))
+    prefix = "mygrid_gridworld_v0" if name.endswith("-v0") else "mygrid_gridworld"
+    assert list(project.joinpath("esp").rglob(prefix + "_model.h"))
+    r = own_cli(project, "deploy", "--target", "rpi4", "--checkpoint", "run/best.pt", "--out", "pi")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((project / "pi" / "report.json").read_text())["figures"]["int8_metric_retention"]["value"] > 0.5
 
 
 def test_own_task_class_with_kwargs_trains_evaluates_and_deploys(project):
@@ -178,6 +209,10 @@ def test_own_task_class_with_kwargs_trains_evaluates_and_deploys(project):
     (["task.name=mygrid:GridWorld", 'task.env_kwargs={"sizee": 3}'],
      "error: task.env_kwargs for mygrid:GridWorld: GridWorld.__init__() got an unexpected keyword argument 'sizee'"),
     (["task.name=mygrid:GridWorld", 'task.kwargs={"sizee": 3}'], "unexpected keyword argument 'sizee'"),
+    (["task.name=mygrid:DictObs"], "error: mygrid:DictObs's observation space is Dict, which grpo-edge does not "
+                                   "support (it takes Box or Discrete)"),
+    (["task.name=mygrid:TwoActions"], "error: mygrid:TwoActions's action space is MultiDiscrete"),
+    (["task.name=mygrid:NotAnEnv"], "NotAnEnv has reset and step but does not inherit gymnasium.Env"),
     (["task.name=mytasks:Loudest", 'task.kwargs={"m": 3}'],
      "error: task.kwargs for mytasks:Loudest: Loudest.__init__() got an unexpected keyword argument 'm'"),
     (["task.name=mytasks:Loudest", "task.kwargs=3"], "error: task.kwargs must be a mapping"),
@@ -294,3 +329,15 @@ def test_train_without_config_uses_the_tasks_recipe_or_its_kinds(project):
     assert bandit["task"] == {"name": "mytasks:Loudest"} and bandit["training"]["batch_size"] == 32
     control = default_recipe("mygrid:GridWorld")
     assert control["task"] == {"name": "mygrid:GridWorld"} and control["grpo"]["advantage"] == "reward_to_go"
+
+
+def test_discrete_spaces_that_do_not_start_at_zero(project):
+    """Observation 1..6 is one-hot 0..5; the policy's action 0 is the env's first action (-1): the env asserts
+    every action it receives is -1 or 0, in training, evaluation and the calibration rollout."""
+    tr = GRPOTrainer(config={"task": {"name": "mygrid:OffsetSpaces", "eval_episodes": 3}, "training": {
+        "steps": 2, "batch_size": 2, "eval_every": 0, "device": "cpu"}, "grpo": {"group_size": 2}}, progress=False)
+    tr.train_step()
+    assert tr.task.evaluate(tr.policy)["n"] == 3
+    x = tr.task.calibration_inputs(16, policy=tr.policy)
+    assert x.shape == (16, 6) and set(x.sum(1)) == {1.0}
+    assert tr.state_dict()["task_meta"]["action_start"] == -1

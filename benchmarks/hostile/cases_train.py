@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from run import classify_error, classify_ok, finite_checkpoint, load_weights, nonfinite_files, same_weights
+from harness import classify_error, classify_ok, finite_checkpoint, load_weights, nonfinite_files, same_weights
 
 CARTPOLE = ["--set", "training.steps=2", "--set", "training.batch_size=4", "--set", "grpo.group_size=4",
             "--set", "training.eval_every=0", "--set", "task.eval_episodes=2", "--set", "training.save_every=1"]

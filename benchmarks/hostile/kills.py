@@ -1,11 +1,12 @@
 """kill -9 trials for benchmarks/hostile/run.py --kills N: training and online training, killed at random moments.
 
 Training: a CartPole run (last.pt every step) is killed with SIGKILL at a seeded random moment: after a
-random number of completed steps (1 .. steps-1, read from metrics.jsonl) plus a random part of a step. Then last.pt must load (else: corrupt), the steps lost are the completed steps (lines in
-metrics.jsonl before the kill) minus last.pt's step, and `--resume` must end bit-identical to an
-uninterrupted run of the same config. Online: `python -m grpo_edge.online` on the NumPy CartPole is
-killed the same way; served.pt and state.pt must load, the updates lost are counted from metrics.jsonl,
-and the restarted run must end with the same state.pt weights as an uninterrupted run.
+random number of completed steps (1 .. steps-1, read from metrics.jsonl) plus a random part of a step. Then
+last.pt must load (else: corrupt), the steps lost are the completed steps (lines in metrics.jsonl before the
+kill) minus last.pt's step, and `--resume` must end bit-identical to an uninterrupted run of the same config.
+Online: `python -m grpo_edge.online` on the NumPy CartPole is killed the same way; served.pt and state.pt
+must load, the updates lost are counted from metrics.jsonl, and the restarted run must end with the same
+state.pt weights as an uninterrupted run.
 """
 import json
 import random
@@ -15,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from run import Ctx, load_weights, same_weights
+from harness import Ctx, load_weights, same_weights
 
 TRAIN = ["train", "-q", "--set", "training.steps=8", "--set", "training.batch_size=8", "--set",
          "training.eval_every=0", "--set", "task.eval_episodes=2", "--set", "training.save_every=1"]
@@ -23,6 +24,34 @@ ONLINE = ["--env", "grpo_edge.online.envs:CartPole", "--max-updates", "16", "--s
           "--set", "training.batch_size=1", "--set", "online.max_steps=100", "--set", "online.eval_episodes=2",
           "--set", "online.gate_every=4", "--set", "online.checkpoint_every=1", "--set", "online.export_onnx=false",
           "-q"]
+
+
+class Mode(object):
+    """One kind of run to kill: how it starts, counts its progress, saves it and continues after a kill."""
+
+    def __init__(self, name, module, args, counter, last_count, saved, reference):
+        self.name, self.module, self.args, self.counter = name, module, args, counter
+        self.last_count = last_count      # kills land after 1 .. last_count completed steps / updates
+        self.saved = saved                # {file name: function(state) -> the step it holds, or None}
+        self.reference = reference        # the file an uninterrupted run ends with, compared bit for bit
+
+    def argv(self, run_dir):
+        return [sys.executable, "-m", self.module] + self.args + ["--save-dir", run_dir]
+
+    def restart(self, ctx, run_dir, killed):
+        """Continue a killed training run with --resume (from its last.pt); restart the online trainer."""
+        if self.module == "grpo_edge.online":
+            return ctx.online(self.args + ["--save-dir", run_dir])
+        resume = ["--resume"] if killed and (ctx.work / run_dir / "last.pt").exists() else []
+        return ctx.cli(self.args + ["--save-dir", run_dir] + resume) if killed else None
+
+
+MODES = {
+    "training": Mode("training", "grpo_edge.cli.main", TRAIN, "step", 7, {"last.pt": lambda st: int(st["step"])},
+                     "last.pt"),
+    "online": Mode("online", "grpo_edge.online", ONLINE, "update", 15,
+                   {"served.pt": lambda st: None, "state.pt": lambda st: int(st["online"]["update"])}, "state.pt"),
+}
 
 
 def _lines(path):
@@ -58,68 +87,46 @@ def _killed(ctx, argv, metrics, k, frac):
     return p.returncode
 
 
+def _trial(ctx, mode, run_dir, at):
+    """Kill one run at `at` = (completed steps, fraction of the next), check its files, continue it."""
+    rc = _killed(ctx, mode.argv(run_dir), ctx.work / run_dir / "metrics.jsonl", *at)
+    done = max([m.get(mode.counter, 0) for m in _lines(ctx.work / run_dir / "metrics.jsonl")] or [0])
+    corrupt, saved = False, 0
+    for name, step_of in mode.saved.items():
+        path = ctx.work / run_dir / name
+        if path.exists():
+            st = load_weights(path)
+            corrupt = corrupt or st is None
+            step = step_of(st) if isinstance(st, dict) else None
+            saved = step if step is not None else saved
+    rr = mode.restart(ctx, run_dir, killed=rc == -9)      # a run that finished before the kill has nothing to do
+    same = (rr is None or rr.rc == 0) and same_weights(ctx.work / ("ref_" + mode.name) / mode.reference,
+                                                       ctx.work / run_dir / mode.reference)
+    return {"kill_after_steps": at[0], "step_fraction": round(at[1], 2), "rc": rc, "steps_done": done,
+            "saved_step": saved, "corrupt": corrupt, "identical": same}
+
+
 def kill_trials(code, root, runs, seed, timeout, modes=("training", "online")):
+    """{mode: {runs, corrupt, steps_lost, identical, details}} over `runs` killed runs per mode."""
     rng = random.Random(seed)
     work = Path(root) / "kills"
     work.mkdir(parents=True, exist_ok=True)
     ctx = Ctx(code, work, {}, timeout)
     res = {}
-    # reference runs, timed, to place the kills inside them
-    t0 = time.time()
-    r = ctx.cli(TRAIN + ["--save-dir", "ref_train"]) if "training" in modes else None
-    t_train = time.time() - t0
-    t0 = time.time()
-    r2 = ctx.online(ONLINE + ["--save-dir", "ref_online"]) if "online" in modes else None
-    t_online = time.time() - t0
-    if (r is not None and r.rc != 0) or (r2 is not None and r2.rc != 0):
-        raise SystemExit("kill trials: reference runs failed: %s %s" % (r and r.err[-500:], r2 and r2.err[-500:]))
-    cli = [sys.executable, "-m", "grpo_edge.cli.main"]
-    k = {"runs": 0, "corrupt": 0, "steps_lost": 0, "identical": 0, "details": []}
-    for i in range(runs if "training" in modes else 0):
-        d = "train_%d" % i
-        at = (rng.randint(1, 7), rng.random())
-        rc = _killed(ctx, cli + TRAIN + ["--save-dir", d], work / d / "metrics.jsonl", *at)
-        last = work / d / "last.pt"
-        done = max([m.get("step", 0) for m in _lines(work / d / "metrics.jsonl")] or [0])
-        st = load_weights(last) if last.exists() else None
-        corrupt = last.exists() and st is None
-        saved = int(st["step"]) if isinstance(st, dict) else 0
-        if rc != -9:                     # finished before the kill: nothing to resume
-            same = same_weights(work / "ref_train" / "last.pt", last)
-        else:
-            rr = ctx.cli(TRAIN + ["--save-dir", d] + (["--resume"] if last.exists() else []))
-            same = rr.rc == 0 and same_weights(work / "ref_train" / "last.pt", last)
-        k["runs"] += 1
-        k["corrupt"] += int(corrupt)
-        k["steps_lost"] += max(0, done - saved)
-        k["identical"] += int(same)
-        k["details"].append({"kill_after_steps": at[0], "step_fraction": round(at[1], 2), "rc": rc, "steps_done": done, "saved_step": saved,
-                             "corrupt": corrupt, "identical": same})
-    if "training" in modes:
-        res["training"] = k
-    k = {"runs": 0, "corrupt": 0, "steps_lost": 0, "identical": 0, "details": []}
-    for i in range(runs if "online" in modes else 0):
-        d = "online_%d" % i
-        at = (rng.randint(1, 15), rng.random())
-        rc = _killed(ctx, [sys.executable, "-m", "grpo_edge.online"] + ONLINE + ["--save-dir", d],
-                     work / d / "metrics.jsonl", *at)
-        done = max([m.get("update", 0) for m in _lines(work / d / "metrics.jsonl")] or [0])
-        corrupt, saved = False, 0
-        for name in ("served.pt", "state.pt"):
-            p = work / d / name
-            if p.exists():
-                st = load_weights(p)
-                corrupt = corrupt or st is None
-                if name == "state.pt" and isinstance(st, dict):
-                    saved = int(st["online"]["update"])
-        rr = ctx.online(ONLINE + ["--save-dir", d])
-        same = rr.rc == 0 and same_weights(work / "ref_online" / "state.pt", work / d / "state.pt")
-        k["runs"] += 1
-        k["corrupt"] += int(corrupt)
-        k["steps_lost"] += max(0, done - saved)
-        k["identical"] += int(same)
-        k["details"].append({"kill_after_steps": at[0], "step_fraction": round(at[1], 2), "rc": rc, "updates_done": done, "saved_update": saved,
-                             "corrupt": corrupt, "identical": same})
-    if "online" in modes:
-        res["online"] = k
+    for name in ("training", "online"):
+        if name not in modes:
+            continue
+        mode = MODES[name]
+        ref = ctx.module(mode.module, mode.args + ["--save-dir", "ref_" + name])   # the uninterrupted run
+        if ref.rc != 0:
+            raise SystemExit("kill trials: the reference %s run failed: %s" % (name, ref.err[-500:]))
+        k = {"runs": 0, "corrupt": 0, "steps_lost": 0, "identical": 0, "details": []}
+        for i in range(runs):
+            d = _trial(ctx, mode, "%s_%d" % (name, i), (rng.randint(1, mode.last_count), rng.random()))
+            k["runs"] += 1
+            k["corrupt"] += int(d["corrupt"])
+            k["steps_lost"] += max(0, d["steps_done"] - d["saved_step"])
+            k["identical"] += int(d["identical"])
+            k["details"].append(d)
+        res[name] = k
     return res

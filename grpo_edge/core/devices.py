@@ -231,3 +231,10 @@ def peak_memory(device):
     import sys
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"peak_memory_mb": rss / 2.0 ** 20 if sys.platform == "darwin" else rss / 1024.0}
+
+
+def device_of(module):
+    """The device of a module's parameters; the CPU for one without parameters (e.g. a wrapped runtime engine)."""
+    for p in (module.parameters() if hasattr(module, "parameters") else ()):
+        return p.device
+    return torch.device("cpu")

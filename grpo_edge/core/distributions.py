@@ -64,10 +64,12 @@ def action_bounds(policy_or_task):
 
 
 def action_range(policy_or_task):
-    """high - low per action dimension (float64 array) of a continuous policy or task; None otherwise."""
+    """high - low per action dimension (float64 array) of a continuous policy or task; None otherwise. An
+    unbounded dimension (an infinite bound) counts 1.0, so errors relative to the range are absolute there."""
     if not getattr(policy_or_task, "continuous", False) or getattr(policy_or_task, "action_low", None) is None:
         return None
-    return np.asarray(policy_or_task.action_high, np.float64) - np.asarray(policy_or_task.action_low, np.float64)
+    r = np.asarray(policy_or_task.action_high, np.float64) - np.asarray(policy_or_task.action_low, np.float64)
+    return np.where(np.isfinite(r), r, 1.0)
 
 
 def clip_to_bounds(actions, low, high):

@@ -111,82 +111,52 @@ def concat_rollouts(rollouts):
 
 
 def rollout_episodes(policy, envs, group_seeds, group_size, max_steps, device="cpu", greedy=False,
-                     obs_transform=None, action_bounds=None):
-    """Run len(envs) episodes in lockstep; episodes of one group start from the same seeded reset.
+                     action_bounds=None):
+    """rollout_lockstep over a list of gym-like envs (reset(seed=...) -> (obs, info); step(a) -> obs, r,
+    terminated, truncated, info), len(envs) == len(group_seeds) * group_size; the episodes of one group start
+    from the same seeded reset. Returns a Rollout with inputs["obs"] (N, T, obs_dim) and step_rewards (N, T)."""
+    assert len(envs) == len(group_seeds) * group_size
+    seeds = np.repeat(np.asarray(group_seeds), group_size)
+    return rollout_lockstep(policy, EnvList(envs), seeds, group_size, max_steps, device=device, greedy=greedy,
+                            action_bounds=action_bounds)
 
-    policy: callable obs (B, obs_dim) float tensor -> logits (B, n_actions), or the Gaussian mean of a
-    continuous policy when action_bounds (low (A,), high (A,)) is given (the env gets the clipped sample)
-    envs: list of gym-like envs (reset(seed=...) -> (obs, info); step(a) -> obs, r, terminated, truncated, info)
-    group_seeds: one reset seed per group; len(envs) == len(group_seeds) * group_size
-    Returns a Rollout with inputs["obs"] (N, T, obs_dim) and step_rewards (N, T).
-    """
-    n = len(envs)
-    assert n == len(group_seeds) * group_size
-    obs = np.stack([np.asarray(envs[i].reset(seed=int(group_seeds[i // group_size]))[0], dtype=np.float32)
-                    for i in range(n)])
-    alive = np.ones(n, dtype=bool)
-    truncated = np.zeros(n, dtype=bool)
-    obs_buf, act_buf, logp_buf, rew_buf, mask_buf = [], [], [], [], []
-    env_steps = 0
-    # inference_mode: no autograd bookkeeping; the per-step tensors stay on the policy's device and are
-    # gathered once after the loop, so each step costs one device -> host copy (the actions).
-    with torch.inference_mode():
-        for _ in range(max_steps):
-            if not alive.any():
-                break
-            o = torch.as_tensor(obs, dtype=torch.float32, device=device)
-            if obs_transform is not None:
-                o = obs_transform(o)
-            a, logp = distributions.sample(policy, policy(o), greedy, continuous=action_bounds is not None)
-            if action_bounds is not None:                                  # (N, A) float, clipped for the env
-                actions = distributions.clip_to_bounds(a.cpu().numpy(), action_bounds[0], action_bounds[1])
-            else:
-                actions = a.tolist()
-            rew = np.zeros(n, dtype=np.float32)
-            obs_buf.append(obs.copy())
-            act_buf.append(a)
-            logp_buf.append(logp)
-            mask_buf.append(alive.astype(np.float32))
-            for i in np.flatnonzero(alive):
-                o2, r, term, trunc, _ = envs[i].step(actions[i])
-                env_steps += 1
-                rew[i] = r
-                obs[i] = o2
-                if term or trunc:
-                    alive[i] = False
-                    truncated[i] = bool(trunc) and not bool(term)
-            rew_buf.append(rew)
-        actions = torch.stack(act_buf, 1)                                   # (N, T) or (N, T, A)
-        old_logp = torch.stack(logp_buf, 1)                                 # (N, T)
-    # clone OUTSIDE inference mode: plain tensors that autograd (task.logprobs) can use
-    actions, old_logp = actions.cpu().clone(), old_logp.cpu().clone()
-    truncated |= alive  # still running at max_steps: cut by our limit
-    mask = torch.as_tensor(np.stack(mask_buf, 1))                       # (N, T)
-    step_rewards = torch.as_tensor(np.stack(rew_buf, 1)) * mask         # (N, T)
-    return Rollout(
-        actions=actions,
-        mask=mask,
-        old_logp=old_logp,
-        rewards=step_rewards.sum(1),
-        group_size=group_size,
-        inputs={"obs": torch.as_tensor(np.stack(obs_buf, 1))},          # (N, T, obs_dim)
-        reward_parts={"return": step_rewards.sum(1)},
-        step_rewards=step_rewards,
-        truncated=torch.as_tensor(truncated),
-        num_env_steps=env_steps,
-    )
+
+class EnvList(object):
+    """A list of gym-like envs behind the batched interface rollout_lockstep steps. An env whose episode has
+    ended is not stepped again: its row repeats its last observation, with reward 0, until the next reset."""
+
+    def __init__(self, envs):
+        self.envs = list(envs)
+        self.done = np.zeros(len(self.envs), dtype=bool)
+        self.last = None
+
+    def reset(self, seeds):
+        self.done[:] = False
+        self.last = np.stack([np.asarray(env.reset(seed=int(s))[0], dtype=np.float32)
+                              for env, s in zip(self.envs, seeds)])
+        return self.last.copy()
+
+    def step(self, actions):
+        n = len(self.envs)
+        rew, term, trunc = np.zeros(n, np.float32), self.done.copy(), np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(~self.done):
+            a = np.asarray(actions[i])
+            o2, r, te, tr, _ = self.envs[i].step(a.item() if a.ndim == 0 else a)   # a Discrete action: an int
+            self.last[i], rew[i], term[i], trunc[i] = np.asarray(o2, dtype=np.float32), r, bool(te), bool(tr)
+            self.done[i] = bool(te) or bool(tr)
+        return self.last.copy(), rew, term, trunc
 
 
 def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", greedy=False, action_bounds=None):
-    """rollout_episodes over a batched environment: one policy call and one env call per lockstep step.
+    """Episodes in lockstep over a batched environment: one policy call and one env call per step.
 
     envs: an object with reset(seeds) -> obs (n, obs_dim) and step(actions (n,) int array, or (n, A) float
     for a continuous policy) -> (obs (n, obs_dim), reward (n,), terminated (n,), truncated (n,)), numpy
     arrays; action_bounds (low (A,), high (A,)) clips continuous actions on their way to the environment
     (the rollout keeps the sampled ones, whose log-probabilities it records); `seeds` holds one
     reset seed per environment (group_seeds repeated G times). The batched environment may keep
-    stepping (and auto-resetting) finished episodes: their results are ignored, their rows keep the
-    last observation, exactly as in rollout_episodes, so both give the same Rollout for the same seeds.
+    stepping (and auto-resetting) finished episodes: their results are ignored and their rows keep the
+    last observation, so a batched environment and an EnvList give the same Rollout for the same seeds.
     """
     n = len(seeds)
     obs = np.asarray(envs.reset(seeds), dtype=np.float32).copy()

@@ -47,8 +47,8 @@ def difficulties(task, policy, metric: str, samples: int = 4, generator=None, ba
     items = task.train_problems
     if metric == "length":
         return torch.tensor([float(len(p) + len(r)) for p, r in items])
-    from grpo_edge.tasks.text_base import _device_of
-    device = _device_of(policy)
+    from grpo_edge.core.devices import device_of
+    device = device_of(policy)
     was_training = policy.training
     policy.eval()
     out = []

@@ -40,8 +40,8 @@ class _ModelTeacher(object):
         self.model, self.task = model, task
 
     def answer(self, prompts: List[str], k: int, temperature: float, generator, batch_size: int = 512):
-        from grpo_edge.tasks.text_base import _device_of
-        device = _device_of(self.model)
+        from grpo_edge.core.devices import device_of
+        device = device_of(self.model)
         was_training = getattr(self.model, "training", False)
         if hasattr(self.model, "eval"):
             self.model.eval()

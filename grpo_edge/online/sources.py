@@ -73,8 +73,8 @@ def make_env_factory(spec, kwargs):
         except ConfigError as e:
             raise ConfigError("online.env: %s" % e)
         if isinstance(obj, str):                      # 'module:Id': gymnasium makes the id the module registered
-            import gymnasium as gym
-            return lambda: gym.make(spec.split(":", 1)[1], **kwargs)
+            import gymnasium
+            return lambda: gymnasium.make(spec.split(":", 1)[1], **kwargs)
         if not callable(obj):
             raise ConfigError("online.env %r is not a class (an env with reset/step)" % spec)
         return lambda: obj(**kwargs)

@@ -35,20 +35,18 @@ def task_class(name):
     obj = import_user_object(name)
     if isinstance(obj, str):                           # 'module:Id', an env id the module registers
         return task_class(GYM_TASK)
-    if isinstance(obj, type) and _is_gym_env_class(obj):
+    from grpo_edge.tasks.control import is_env_class
+    if is_env_class(obj):
         return task_class(GYM_TASK)
+    if isinstance(obj, type) and all(callable(getattr(obj, a, None)) for a in ("reset", "step")) and not hasattr(
+            obj, "rollout"):
+        raise ConfigError("task %r: %s has reset and step but does not inherit gymnasium.Env, which gymnasium "
+                          "needs to make it: declare it as class %s(gymnasium.Env)"
+                          % (name, obj.__name__, obj.__name__))
     if not isinstance(obj, type) or not all(hasattr(obj, a) for a in ("rollout", "logprobs", "evaluate")):
         raise ConfigError("task %r: %s is neither a gymnasium Env class nor a grpo-edge Task class "
                           "(rollout, logprobs, evaluate)" % (name, spec.split(":", 1)[1]))
     return obj
-
-
-def _is_gym_env_class(obj):
-    try:
-        import gymnasium
-    except ImportError:
-        return False
-    return issubclass(obj, gymnasium.Env)
 
 
 def _is_gym_id(name):

@@ -50,6 +50,7 @@ class ControlTask(Task):
         self.continuous = act["kind"] == "Box"
         self.n_actions = act["size"]                 # categories, or the action dimension (continuous)
         self.action_low, self.action_high = act.get("low"), act.get("high")
+        self.action_start = act.get("start", 0)      # the env's first Discrete action: the policy's action 0
         self._lockstep = {}       # number of environments -> batched environments (training, evaluation)
         self._eval_seed_base = 10_000_000 + seed * 1000  # evaluation resets never overlap training's
         self._rng = np.random.RandomState(seed)
@@ -77,7 +78,7 @@ class ControlTask(Task):
         if n not in self._lockstep:
             from grpo_edge.tasks.vector_env import lockstep_envs
             envs = lockstep_envs(self._gym, registered_id(self._gym, self.env_id), n, self.env_kwargs)
-            self._lockstep[n] = ObservationAdapter(envs, self.obs_space, self.env_id)
+            self._lockstep[n] = ObservationAdapter(envs, self.obs_space, self.env_id, self.action_start)
         return self._lockstep[n]
 
     def model_kwargs(self):
@@ -92,6 +93,8 @@ class ControlTask(Task):
                 "max_steps": self.max_steps, "observation_space": self.obs_space["kind"], "slug": self.slug}
         if self.continuous:
             meta.update(action_space="Box", action_low=self.action_low, action_high=self.action_high)
+        elif self.action_start:
+            meta.update(action_start=self.action_start)   # the env's action = the model's argmax + this
         return meta
 
     def rollout(self, policy, num_groups, group_size, generator=None):
@@ -156,7 +159,7 @@ class ControlTask(Task):
                     a, _ = distributions.sample(policy, policy(torch.as_tensor(obs)[None]), greedy=True,
                                                continuous=self.continuous)
                 a = a[0].numpy()
-                a = distributions.clip_to_bounds(a, *self._bounds()) if self.continuous else int(a)
+                a = distributions.clip_to_bounds(a, *self._bounds()) if self.continuous else int(a) + self.action_start
             else:
                 a = env.action_space.sample()
             obs, _, term, trunc, _ = env.step(a)
@@ -235,12 +238,21 @@ def registered_id(gym, env_id):
     module, name = env_id.split(":", 1)
     if isinstance(obj, str):
         return name
-    if not (isinstance(obj, type) and issubclass(obj, gym.Env)):
+    if not is_env_class(obj):
         raise ConfigError("%s is not a gymnasium Env class (nor a gymnasium id its module registers)" % env_id)
     gid = "grpo_edge_user/%s.%s-v0" % (module, name)
     if gid not in gym.registry:
         gym.register(id=gid, entry_point=obj)
     return gid
+
+
+def is_env_class(obj):
+    """A gymnasium Env subclass (what gymnasium.make builds)."""
+    try:
+        import gymnasium
+    except ImportError:
+        return False
+    return isinstance(obj, type) and issubclass(obj, gymnasium.Env)
 
 
 def make_env(gym, env_id, env_kwargs):
@@ -310,8 +322,8 @@ def describe_space(space, what, env_id, allowed):
     if kind not in allowed:
         raise ConfigError("%s's %s space is %s, which grpo-edge does not support (it takes %s)"
                           % (env_id, what, kind, " or ".join(allowed)))
-    if kind == "Discrete":
-        return {"kind": kind, "size": int(space.n)}
+    if kind == "Discrete":                # values start..start+n-1 (gymnasium's Discrete(n, start=...))
+        return {"kind": kind, "size": int(space.n), "start": int(getattr(space, "start", 0))}
     shape = tuple(space.shape or ())
     if what == "action" and len(shape) != 1:
         raise ConfigError("%s's action space is a Box of shape %s; grpo-edge takes 1-D Box actions"
@@ -327,15 +339,15 @@ class ObservationAdapter(object):
     """Batched environments whose observations reach the policy as float32 (n, obs_dim): Box flattened,
     Discrete one-hot. A non-finite observation stops the run with one line naming the environment."""
 
-    def __init__(self, envs, obs_space, env_id):
-        self.envs, self.space, self.env_id = envs, obs_space, env_id
+    def __init__(self, envs, obs_space, env_id, action_start=0):
+        self.envs, self.space, self.env_id, self.action_start = envs, obs_space, env_id, action_start
 
     def encode(self, obs):
         obs = np.asarray(obs)
         n = obs.shape[0]
         if self.space["kind"] == "Discrete":
             out = np.zeros((n, self.space["size"]), np.float32)
-            out[np.arange(n), obs.reshape(n).astype(np.int64)] = 1.0
+            out[np.arange(n), obs.reshape(n).astype(np.int64) - self.space.get("start", 0)] = 1.0
             return out
         out = obs.reshape(n, -1).astype(np.float32)
         if not np.isfinite(out).all():
@@ -348,6 +360,8 @@ class ObservationAdapter(object):
         return self.encode(self._call("reset", self.envs.reset, seeds))
 
     def step(self, actions):
+        if self.action_start:
+            actions = np.asarray(actions) + self.action_start
         obs, rew, term, trunc = self._call("step", self.envs.step, actions)
         return self.encode(obs), rew, term, trunc
 

@@ -21,13 +21,6 @@ from grpo_edge.tasks.rewards import WeightedRewards
 Problem = Tuple[str, str]   # (input text, reference completion)
 
 
-def _device_of(policy) -> torch.device:
-    """The policy's device; CPU for a policy without parameters (e.g. a wrapped runtime engine)."""
-    for p in (policy.parameters() if hasattr(policy, "parameters") else ()):
-        return p.device
-    return torch.device("cpu")
-
-
 def cfg_get(cfg: dict, key: str, default, kind=None, minimum=None):
     """cfg[key] or `default`, checked to be of `kind` and >= `minimum` (a one-line ConfigError if not)."""
     value = cfg.get(key, default) if cfg else default
@@ -94,7 +87,7 @@ class TextTask(Task):
     # --- training -----------------------------------------------------------------------------
     def rollout(self, policy, num_groups: int, group_size: int, generator: torch.Generator) -> Rollout:
         """Sample num_groups train problems (with replacement), group_size completions each."""
-        device = _device_of(policy)
+        device = devices.device_of(policy)
         if self.sampler is not None:                  # e.g. a curriculum (grpo_edge.data.curriculum)
             idx = self.sampler.sample(num_groups, generator)
         else:
@@ -147,7 +140,7 @@ class TextTask(Task):
 
     def supervised_loss(self, policy, batch) -> torch.Tensor:
         """Mean cross-entropy per target token (answer + EOS), teacher-forced at temperature 1."""
-        device = _device_of(policy)
+        device = devices.device_of(policy)
         mask = batch["target_mask"].to(device)                                         # (B, T)
         logp, _ = policy.sequence_logprobs(batch[self.input_key].to(device), batch["target"].to(device))
         return -(logp * mask).sum() / mask.sum().clamp(min=1.0)
@@ -155,7 +148,7 @@ class TextTask(Task):
     # --- evaluation / deploy ----------------------------------------------------------------------
     def greedy_completions(self, policy, prompts: List[str], batch_size: int = 256) -> List[str]:
         """Greedy decode of `prompts` (eval mode; a module's train/eval mode is restored after)."""
-        device = _device_of(policy)
+        device = devices.device_of(policy)
         was_training = getattr(policy, "training", False)
         if hasattr(policy, "eval"):
             policy.eval()
