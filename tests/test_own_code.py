@@ -186,6 +186,11 @@ def test_own_task_class_with_kwargs_trains_evaluates_and_deploys(project):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["n"] == 120 and res["accuracy"] > 0.5          # kwargs n=600 -> 120 test inputs; chance is 0.25
+    (project / "elsewhere").mkdir()
+    r = own_cli(project / "elsewhere", "eval", "../run/best.pt")
+    assert ("error: cannot rebuild task 'mytasks:Loudest' from the checkpoint (cannot import module 'mytasks' for "
+            "'mytasks:Loudest': ModuleNotFoundError: No module named 'mytasks' (run where it is importable: the "
+            "folder holding mytasks.py, or with its package installed))") == one_error_line(r)
     r = own_cli(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
                 "tflm=false", "--option", "callgrind=false")
     assert r.returncode == 0, r.stderr

@@ -18,7 +18,12 @@ def import_user_object(spec):
         mod = importlib.import_module(module)
     except Exception as e:  # the user's module: any import-time error is theirs to see, in one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError("cannot import module %r for %r: %s: %s" % (module, spec, type(e).__name__, first[:200]))
+        where = ""
+        if isinstance(e, ImportError) and getattr(e, "name", None) == module.split(".")[0]:
+            where = " (run where it is importable: the folder holding %s.py, or with its package installed)" % (
+                module.split(".")[0])
+        raise ConfigError("cannot import module %r for %r: %s: %s%s" % (module, spec, type(e).__name__, first[:200],
+                                                                       where))
     if hasattr(mod, name):
         return getattr(mod, name)
     try:
