@@ -12,10 +12,11 @@ TASKS = {
     "arithmetic": "grpo_edge.tasks.arithmetic:ArithmeticTask",
     "zh-en-numbers": "grpo_edge.tasks.zh_en_numbers:ZhEnNumbersTask",
     "gym": "grpo_edge.tasks.control:GymTask",
+    "text": "grpo_edge.tasks.text:TextDataTask",
 }
 GYM_TASK = TASKS["gym"]
 DEFAULT_ARCH = {"cartpole": "mlp", "acrobot": "mlp", "digits": "lite-resnet", "arithmetic": "micro-gpt",
-                "zh-en-numbers": "tiny-transformer", "gym": "mlp"}
+                "zh-en-numbers": "tiny-transformer", "gym": "mlp", "text": "micro-gpt"}
 
 
 def task_class(name):
@@ -148,6 +149,9 @@ def task_from_state(state: dict, seed: int = 0):
     if state.get("task_class"):
         _check_importable(state["task_class"])
     cfg = dict(task_cfg)
+    restore = getattr(task_class(name), "restore_cfg", None)       # what the checkpoint fixes (a vocabulary)
+    if restore is not None:
+        cfg.update(restore(state.get("task_meta") if isinstance(state.get("task_meta"), dict) else {}))
     allowed = getattr(task_class(name), "archs", None) if name in TASKS else None
     if allowed and state.get("arch") not in allowed:
         raise CheckpointError("checkpoint's architecture %s does not fit task %s (it takes %s)"
