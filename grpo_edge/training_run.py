@@ -79,8 +79,10 @@ class GRPOTrainer(Trainer):
         torch.manual_seed(seed)
         # Under torchrun, rank r samples from its own task streams (grpo_edge/core/distributed.py).
         self.rank = distributed.init_from_env(resolve_device(device or cfg.training.device).type == "cuda")[0]
-        if task is None or isinstance(task, str):
-            task = get_task(task or cfg.task["name"], cfg.task, seed=distributed.shard_seed(seed, self.rank))
+        if task is None or isinstance(task, str):           # a task's start-up checks may fail on one rank's data
+            name = task or cfg.task["name"]
+            task = distributed.on_every_rank(
+                lambda: get_task(name, cfg.task, seed=distributed.shard_seed(seed, self.rank)))
         if model is None:
             kwargs = {k: v for k, v in cfg.model.items() if k != "arch"}
             kwargs.update(task.model_kwargs())

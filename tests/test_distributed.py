@@ -113,12 +113,16 @@ def test_torchrun_cli_rank0_writes(tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_bad_reward_on_one_rank_stops_every_rank(tmp_path):
-    """A reward that fails on rank 1 only: every rank prints the same one-line error naming the rank and
-    exits 2 (none is left waiting in the gradient all-reduce), within seconds."""
+@pytest.mark.parametrize("when, condition, message", [
+    ("start", "True", "error: rank 1: checking rewards on 4 samples"),
+    ("rollout", "completion != reference", "error: rank 1: reward 'rank_nan:reward' returned nan"),
+])
+def test_torchrun_bad_reward_on_one_rank_stops_every_rank(tmp_path, when, condition, message):
+    """A reward that fails on rank 1 only, at the start-up check of the rewards or in a rollout: every rank
+    prints the same one-line error naming the rank and exits 2 (none is left waiting in a collective)."""
     (tmp_path / "rank_nan.py").write_text(
         "import os\n\ndef reward(completion, reference, prompt):\n"
-        "    return float('nan') if os.environ.get('RANK') == '1' else 0.0\n")
+        "    return float('nan') if os.environ.get('RANK') == '1' and %s else 0.0\n" % condition)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
            str(_free_port()), "-m", "grpo_edge.cli.main", "train", "-c", "configs/arithmetic.yaml", "-q",
            "--save-dir", str(tmp_path / "run"), "--set", "training.steps=3", "--set", "training.batch_size=2",
@@ -129,7 +133,7 @@ def test_torchrun_bad_reward_on_one_rank_stops_every_rank(tmp_path):
     out = res.stdout.decode()
     errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
     assert res.returncode != 0
-    assert len(errors) >= 1 and all(ln.startswith("error: rank 1: reward 'rank_nan:reward' returned nan")
+    assert len(errors) >= 1 and all(ln.startswith(message) and "reward 'rank_nan:reward' returned nan" in ln
                                     for ln in errors), out[-3000:]
     assert "terminate called" not in out and "grpo_edge/core" not in out, out[-3000:]   # no abort, no traceback of ours
     assert not (tmp_path / "run" / "last.pt").exists()             # nothing saved from the failed step

@@ -230,3 +230,26 @@ def test_continuous_env_trains_online_and_serves_a_bounded_policy(tmp_path):
     r = run_online(["--stream", "stdin", "--policy", tmp_path / "p" / "served.pt", "--save-dir", tmp_path / "s"],
                    stdin="")
     assert r.returncode == 2 and "a continuous-action policy trains online from online.env" in r.stderr
+
+
+def test_a_kill_between_a_promotion_and_the_next_state_replays_exactly(tmp_path):
+    """served.pt promoted after state.pt was saved (a kill between the two writes): the restart serves what
+    state.pt served and replays the updates after it, ending as the run that was never killed."""
+    pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)
+    args = ["--env", ENV, "--policy", pol, "--set", "online.checkpoint_every=100", "--set", "online.gate_every=4",
+            "--set", "online.max_steps=100", "--set", "online.export_onnx=false", "--set", "online.margin=1000"]
+    ref = run_online(args + ["--max-updates", 16, "--save-dir", tmp_path / "ref"])
+    assert ref.returncode == 0, ref.stderr
+    run = tmp_path / "run"
+    assert run_online(args + ["--max-updates", 4, "--save-dir", run]).returncode == 0
+    early = (run / "state.pt").read_bytes()                          # state at update 4
+    assert run_online(args + ["--max-updates", 8, "--save-dir", run]).returncode == 0
+    assert load_checkpoint(str(run / "served.pt"))["online"]["version"] > 0   # promoted after update 4
+    (run / "state.pt").write_bytes(early)                            # the kill: served.pt newer than state.pt
+    r = run_online(args + ["--max-updates", 16, "--save-dir", run])
+    assert r.returncode == 0, r.stderr
+    resume = [d for d in jsonl(str(run / "decisions.jsonl")) if d["event"] == "resume"][-1]
+    assert resume["update"] == 4 and resume["served_pt_version"] > resume["served_version"]
+    a, b = load_checkpoint(str(run / "state.pt")), load_checkpoint(str(tmp_path / "ref" / "state.pt"))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert load_checkpoint(str(run / "served.pt"))["online"] == load_checkpoint(str(tmp_path / "ref" / "served.pt"))["online"]

@@ -40,7 +40,7 @@ def test_jsonl_records_become_problems_with_their_other_columns(tmp_path):
     assert len(task.train_problems) == 9 and len(task.test_problems) == 3
     assert task.tokenizer.chars == ">abc"
     assert task.prompt_len == 4 and task.max_new_tokens == 4                   # "abc>", "cba" + EOS
-    assert all(c == {"length": len(p) - 1} for (p, _), c in zip(task.train_problems, task.train_columns))
+    assert all(c == {"answer": r, "length": len(p) - 1} for (p, r), c in zip(task.train_problems, task.train_columns))
     x = task.encode_inputs(["ab>"])
     assert x.tolist() == [[0] + task.tokenizer.encode("ab>")]                  # left-padded with PAD (0)
     right = get_task("text", {"data_path": str(data), "padding": "right"})
@@ -122,3 +122,120 @@ def test_cli_trains_on_a_jsonl_file_and_evaluates(tmp_path):
     r = cli(tmp_path, "train", "--set", "task.name=text", "--data-path", "missing.jsonl", "--save-dir", "r2")
     assert "error: --data-path missing.jsonl does not exist" == one_error_line(r)
     assert not (tmp_path / "r2").exists()
+
+
+# ---------------------------------------------------------------------------------------------- TRL's rewards
+REWARDS = '''
+import math
+
+
+def reversed_ok(prompts, completions, answer, **kwargs):
+    """TRL's form: a batch by keyword; answer is the data's column."""
+    return [1.0 if c == a else 0.0 for c, a in zip(completions, answer)]
+
+
+def long_only(completions, length, **kwargs):
+    """None: not applicable (short words)."""
+    return [float(len(c) == n) if n >= 3 else None for c, n in zip(completions, length)]
+
+
+def named_out_of_order(prompt, completion, reference):
+    """The per-sample form with its parameters in another order: they go by name."""
+    return 1.0 if completion == reference and prompt.endswith(">") else 0.0
+
+
+def one_arg(x):
+    return 1.0
+
+
+def too_few(prompts, completions, **kwargs):
+    return [1.0]
+
+
+def nan_reward(prompts, completions, **kwargs):
+    return [math.nan for _ in completions]
+
+
+def text_reward(prompts, completions, **kwargs):
+    return ["good" for _ in completions]
+
+
+def no_columns(prompts, completions):
+    return [0.0 for _ in completions]
+
+
+def raises_later(prompts, completions, **kwargs):
+    if any(c == "" for c in completions) or len(completions) > 4:
+        raise KeyError("score")
+    return [0.0 for _ in completions]
+'''
+
+
+@pytest.fixture
+def rewards_module(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("my_rewards", None)
+
+
+def test_trl_rewards_get_the_batch_and_columns_by_keyword(rewards_module):
+    data = write_jsonl(rewards_module / "d.jsonl", reverse_rows())
+    task = get_task("text", {"data_path": str(data), "rewards": {"my_rewards:reversed_ok": 1.0,
+                                                                 "my_rewards:long_only": 0.5,
+                                                                 "my_rewards:named_out_of_order": 0.25}})
+    prompts, refs = ["abc>", "ab>"], ["cba", "ba"]
+    total, parts = task.rewards.score(["cba", "xx"], refs, prompts, [{"answer": "cba", "length": 3},
+                                                                      {"answer": "ba", "length": 2}])
+    assert parts["my_rewards:reversed_ok"].tolist() == [1.0, 0.0]
+    assert parts["my_rewards:long_only"][0] == 1.0 and torch.isnan(parts["my_rewards:long_only"][1])
+    assert parts["my_rewards:named_out_of_order"].tolist() == [1.0, 0.0]
+    assert total.tolist() == [1.75, 0.0]                       # None adds nothing
+
+
+def test_a_builtin_task_passes_its_reference_as_answer(rewards_module):
+    task = get_task("arithmetic", {"max_operand": 9, "rewards": {"my_rewards:reversed_ok": 1.0}})
+    _, parts = task.rewards.score(["3", "4"], ["3", "5"], ["1+2=", "2+3="])
+    assert parts["my_rewards:reversed_ok"].tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("fn, message", [
+    ("one_arg", "reward 'my_rewards:one_arg' raised TypeError: one_arg() takes 1 positional argument but 3 were given"),
+    ("too_few", "called as fn(prompts=[...], completions=[...], answer=[...], length=[...]): reward "
+                "'my_rewards:too_few' returned 1 values for 4 completions"),
+    ("nan_reward", "reward 'my_rewards:nan_reward' returned nan for sample 0"),
+    ("text_reward", "reward 'my_rewards:text_reward' returned str 'good', not a number for sample 0"),
+    ("no_columns", "reward 'my_rewards:no_columns' raised TypeError: no_columns() got an unexpected keyword "
+                   "argument 'answer'"),
+])
+def test_rewards_are_checked_at_start_in_one_line(rewards_module, fn, message):
+    data = write_jsonl(rewards_module / "d.jsonl", reverse_rows())
+    with pytest.raises(ConfigError) as e:
+        get_task("text", {"data_path": str(data), "rewards": {"my_rewards:" + fn: 1.0}})
+    assert message in str(e.value) and str(e.value).startswith("checking rewards on 4 samples of task text's train")
+    assert "\n" not in str(e.value)
+
+
+def test_your_rewards_replace_the_recipes(rewards_module):
+    from grpo_edge.config import load_config
+    cfg = load_config("arithmetic.yaml", overrides=["task.rewards={my_rewards:reversed_ok: 1.0}"])
+    assert cfg.task["rewards"] == {"my_rewards:reversed_ok": 1.0}
+    cfg = load_config("arithmetic.yaml", overrides=["task.reward=my_rewards:reversed_ok"])
+    task = get_task("arithmetic", cfg.task)
+    assert task.rewards.names == ["exact_match", "format", "my_rewards:reversed_ok"]
+
+
+def test_per_reward_mean_and_std_are_logged_and_a_failing_reward_is_one_line(rewards_module):
+    data = write_jsonl(rewards_module / "d.jsonl", reverse_rows())
+    r = cli(rewards_module, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set",
+            "task.rewards={my_rewards:reversed_ok: 1.0, my_rewards:long_only: 0.5}", "--set", "training.steps=2",
+            "--set", "training.warm_start_epochs=0", "--set", "model.d_model=32", "--save-dir", "run", "--quiet")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((rewards_module / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    for name in ("my_rewards:reversed_ok", "my_rewards:long_only"):
+        assert 0.0 <= m["rewards/%s/mean" % name] <= 1.0 and m["rewards/%s/std" % name] >= 0.0
+    r = cli(rewards_module, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set",
+            "task.rewards={my_rewards:raises_later: 1.0}", "--set", "training.steps=2", "--set",
+            "training.warm_start_epochs=0", "--set", "model.d_model=32", "--save-dir", "r2", "--quiet")
+    assert one_error_line(r).startswith("error: reward 'my_rewards:raises_later' raised KeyError: 'score' on prompt=")
+    assert not (rewards_module / "r2").exists()

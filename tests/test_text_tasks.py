@@ -323,11 +323,13 @@ def test_zh_en_rollout_and_evaluate():
 
 def test_user_reward_that_raises_fails_the_rollout(tmp_path, monkeypatch):
     _write_module(tmp_path, monkeypatch, "my_rewards_c", "def crash(c, r, p):\n    return 1 / 0\n")
-    task = ArithmeticTask({"max_operand": 9, "reward": "my_rewards_c:crash"})
+    with pytest.raises(GrpoEdgeError, match=r"checking rewards on 4 samples of task arithmetic's train data, called "
+                                            r"as fn\(completion, reference, prompt\): reward 'my_rewards_c:crash' "
+                                            r"raised ZeroDivisionError"):
+        ArithmeticTask({"max_operand": 9, "reward": "my_rewards_c:crash"})      # checked before any training
+    with pytest.warns(RuntimeWarning):
+        task = ArithmeticTask({"max_operand": 9, "reward": "my_rewards_c:crash", "reward_errors": "skip"})
     policy = _micro_gpt(task)
-    with pytest.raises(GrpoEdgeError, match=r"'my_rewards_c:crash' raised ZeroDivisionError"):
-        task.rollout(policy, 2, 2, torch.Generator().manual_seed(0))
-    task = ArithmeticTask({"max_operand": 9, "reward": "my_rewards_c:crash", "reward_errors": "skip"})
     with pytest.warns(RuntimeWarning):
         r = task.rollout(policy, 2, 2, torch.Generator().manual_seed(0))
     assert r.reward_parts["my_rewards_c:crash"].eq(0).all()

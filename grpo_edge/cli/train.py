@@ -120,6 +120,9 @@ def _echo_start(trainer):
 def remove_failed_start(run_dir: Path, existed: bool) -> None:
     """A run that failed before it saved anything leaves nothing behind: its config.yaml (and the folder, when
     this run made it and it is empty). A run that saved a checkpoint or metrics keeps them."""
+    import os
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:      # under torchrun the ranks share the folder: leave it
+        return
     if not run_dir.is_dir() or any((run_dir / n).exists() for n in RUN_MARKS):
         return
     for name in ("config.yaml", "curves.svg"):

@@ -476,11 +476,16 @@ def load_config(path=None, overrides=None, data: Optional[dict] = None, literals
     return cfg
 
 
-def _merge(a: dict, b: dict) -> dict:
+# mappings that a later layer (YAML over defaults, --set over YAML) replaces whole instead of merging into:
+# your rewards replace the recipe's (add one to them with task.reward), your kwargs are the call's kwargs
+REPLACED = {("task", "rewards"), ("task", "env_kwargs"), ("task", "kwargs")}
+
+
+def _merge(a: dict, b: dict, path=()) -> dict:
     out = dict(a)
     for k, v in (b or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and path + (k,) not in REPLACED:
+            out[k] = _merge(out[k], v, path + (k,))
         else:
             out[k] = v
     return out

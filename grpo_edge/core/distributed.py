@@ -113,8 +113,10 @@ def reduce_metrics(metrics):
     dist.all_gather_object(gathered, metrics)
     out = {}
     for key in gathered[0]:
-        values = [m[key] for m in gathered if key in m]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        values = [m[key] for m in gathered if m.get(key) is not None]     # None: the rank has no value
+        if not values:
+            out[key] = None
+        elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             out[key] = values[0]
         elif key in SUM_KEYS:
             out[key] = sum(values)
@@ -132,6 +134,25 @@ def all_gather(obj):
         return [obj]
     out = [None] * world_size
     dist.all_gather_object(out, obj)
+    return out
+
+
+def on_every_rank(fn):
+    """fn() on this rank; when it raises a GrpoEdgeError on any rank (a bad reward on rank 1's data), every
+    rank raises the same one-line error naming that rank: a rank that stopped alone would leave the others
+    waiting in the next collective call."""
+    from grpo_edge.errors import GrpoEdgeError
+    if world()[1] == 1:
+        return fn()
+    out, problem = None, None
+    try:
+        out = fn()
+    except GrpoEdgeError as e:
+        problem = (type(e), str(e))
+    bad = [(rank, p) for rank, p in enumerate(all_gather(problem)) if p is not None]
+    if bad:
+        rank, (kind, msg) = bad[0]
+        raise kind("rank %d: %s" % (rank, msg))
     return out
 
 

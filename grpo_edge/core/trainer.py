@@ -31,7 +31,7 @@ from grpo_edge.core import losses
 from grpo_edge.core import microbatch
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
 from grpo_edge.core.devices import resolve_device  # noqa: F401  (re-exported: older imports)
-from grpo_edge.errors import ConfigError, GrpoEdgeError
+from grpo_edge.errors import ConfigError
 
 
 def lr_lambda(schedule, warmup, total):
@@ -258,8 +258,11 @@ class Trainer(distributed.ShardedTrainerMixin):
         ro = self._rollout_all_ranks(G)
         t_rollout = time.time() - t0
         metrics = {"reward_mean": float(ro.rewards.mean()), "reward_std": float(ro.rewards.std())}
-        for name, v in ro.reward_parts.items():
-            metrics["reward/%s" % name] = float(v.float().mean())
+        for name, v in ro.reward_parts.items():          # as TRL logs them; NaN marks "does not apply"
+            v = v.float()
+            v = v[~torch.isnan(v)]
+            metrics["rewards/%s/mean" % name] = float(v.mean()) if len(v) else None
+            metrics["rewards/%s/std" % name] = float(v.std()) if len(v) > 1 else 0.0
         metrics["frac_zero_std"] = adv_lib.frac_zero_std(ro.rewards, G)
         self.compute_advantages(ro)
 
@@ -296,23 +299,12 @@ class Trainer(distributed.ShardedTrainerMixin):
         """The rollout, checked finite; when it fails on any rank (a bad reward, a non-finite value) every
         rank raises the same one-line error: a rank that stopped alone would leave the others waiting in
         the gradient all-reduce (torchrun ends them; other launchers may not)."""
-        if distributed.world()[1] == 1:
+        def rollout():
             ro = self._rollout(group_size)
             ro.to(self.device)
             finite.check_rollout(ro, self.step + 1)
             return ro
-        ro, problem = None, None
-        try:
-            ro = self._rollout(group_size)
-            ro.to(self.device)
-            finite.check_rollout(ro, self.step + 1)
-        except GrpoEdgeError as e:
-            problem = (type(e), str(e))
-        bad = [(rank, p) for rank, p in enumerate(distributed.all_gather(problem)) if p is not None]
-        if bad:
-            rank, (kind, msg) = bad[0]
-            raise kind("rank %d: %s" % (rank, msg))
-        return ro
+        return distributed.on_every_rank(rollout)
 
     def _update(self, ro, keep):
         g, t = self.g, self.t

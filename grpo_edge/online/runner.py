@@ -165,6 +165,9 @@ class OnlineRunner(object):
     def save_state(self):
         st = self.trainer.state_dict()
         st["online"] = dict(self.counters, served_version=self.version)
+        # the served weights too: a kill between a promotion's served.pt and the next state.pt must not leave a
+        # restart acting with a policy the saved state never served (the rerun would differ)
+        st["served_model"] = dict((k, v.detach().cpu()) for k, v in self.served.state_dict().items())
         save_checkpoint(self.paths["state.pt"], st)
 
     def _resume(self):
@@ -172,12 +175,19 @@ class OnlineRunner(object):
         self.trainer.load_state_dict(st)
         self.counters = dict((k, int(st["online"].get(k, 0))) for k in self.counters)
         u = self.counters["update"]
+        state_version, served_pt_version = int(st["online"]["served_version"]), self.version
+        if state_version != self.version and isinstance(st.get("served_model"), dict):
+            # served.pt moved on after state.pt was saved (killed between the two): serve what state.pt served,
+            # so the restarted run replays the updates after it exactly (and promotes again where it did)
+            self.served.load_state_dict(st["served_model"])
+            self.version = state_version
+            self._write_served(None)
         dropped = 0
         for name in ("metrics.jsonl", "decisions.jsonl"):      # forget what happened after state.pt
             dropped = max(dropped, self._truncate_log(name, u))
         self._log("decisions.jsonl", {"event": "resume", "update": u, "served_version": self.version,
                                       "state_served_version": int(st["online"]["served_version"]),
-                                      "dropped_updates": dropped})
+                                      "served_pt_version": served_pt_version, "dropped_updates": dropped})
         self.echo("resumed at update %d (served version %d; %d later updates lost)" % (u, self.version, dropped))
 
     def _truncate_log(self, name, update):

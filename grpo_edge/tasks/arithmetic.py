@@ -83,6 +83,7 @@ class ArithmeticTask(TextTask):
         n_test = max(1, int(round(self.test_fraction * len(problems))))
         self.test_problems = [problems[i] for i in order[:n_test]]      # shuffled: any prefix is a uniform sample
         self.train_problems = [problems[i] for i in order[n_test:]]
+        self.check_rewards()
 
     def all_problems(self):
         """Every (prompt, answer) pair, e.g. ("12+7=", "19"), in a fixed order."""

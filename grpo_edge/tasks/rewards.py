@@ -1,6 +1,16 @@
 """Reward functions for the text tasks, and the weighted set a task scores completions with.
 
-A reward is a plain callable ``fn(completion: str, reference: str, prompt: str) -> float``. Built-ins:
+A reward comes in one of two forms, told apart by its parameter names:
+
+- TRL's (batch): ``fn(prompts, completions, **columns) -> list[float | None]``, any function with a parameter
+  named ``prompts`` or ``completions``. It is called by keyword with a batch: ``prompts`` and ``completions``
+  (lists of str) and one list per data column (task ``text``: every column of the file but ``prompt``, the
+  reference included under its own name, ``answer`` or ``completion``; the built-in tasks pass their reference
+  as ``answer``). Take ``**kwargs`` to ignore columns you do not use. ``None`` marks a sample the reward does
+  not apply to: it adds nothing to that sample's total and is left out of the reward's logged mean.
+- per sample: ``fn(completion: str, reference: str, prompt: str) -> float`` (the built-ins).
+
+Built-ins:
 
 - ``exact_match``: 1.0 when the completion equals the reference (outer whitespace ignored), else 0.0.
 - ``format`` (``format_reward``): 1.0 when the completion is an integer written with digits only and an
@@ -8,9 +18,12 @@ A reward is a plain callable ``fn(completion: str, reference: str, prompt: str) 
 - ``chrf`` : character n-gram F-score (chrF, n = 1..6, beta = 2), in [0, 1].
 
 A config names rewards with weights, e.g. ``rewards: {exact_match: 1.0, format: 0.1}``; a user callable
-is named ``"mypkg.rewards:fn"`` (``load_reward``). ``safe_reward`` turns a reward that raises or returns
-NaN/inf into a one-line error naming the function and the example (or a warning and 0.0 when skipping).
+is named ``"mypkg.rewards:fn"`` (``load_reward``). ``WeightedRewards.check`` calls each on a few samples when
+a task starts, so a wrong signature, length or value is one line naming the function before any training;
+during training a reward that raises or returns NaN/inf is one line naming the function and the sample (or a
+warning and 0.0 with ``reward_errors: skip``).
 """
+import functools
 import importlib
 import math
 import re
@@ -114,15 +127,87 @@ def _short(text: str, limit: int = 60) -> str:
 FLOAT32_MAX = 3.4028234663852886e38
 
 
+@functools.lru_cache(maxsize=256)
+def takes_batch(fn) -> bool:
+    """True for TRL's form (a parameter named prompts or completions), False for fn(completion, reference, prompt)."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "completions" in params or "prompts" in params
+
+
+@functools.lru_cache(maxsize=256)
+def _named_per_sample(fn) -> bool:
+    """True when fn's parameters are all named completion, reference or prompt (so they go by name)."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    names = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return bool(names) and set(names) <= {"completion", "reference", "prompt"}
+
+
+def _problem(value):
+    """None when `value` is a finite float32 number, else what is wrong with it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)               # numpy scalars, 0-d tensors
+        except (TypeError, ValueError):
+            return "returned %s %r, not a number" % (type(value).__name__, value)
+    value = float(value)
+    return None if math.isfinite(value) and abs(value) <= FLOAT32_MAX else "returned %r" % value
+
+
+def _fail(name, problem, prompt, completion, skip, reference=None):
+    msg = "reward %r %s on prompt=%r completion=%r" % (name, problem, _short(prompt), _short(completion))
+    if reference is not None:
+        msg += " reference=%r" % _short(reference)
+    if skip:
+        warnings.warn(msg + " (scored 0.0: reward_errors=skip)", RuntimeWarning)
+        return
+    raise GrpoEdgeError(msg + " (set task.reward_errors: skip to score such samples 0)")
+
+
+def batch_reward(fn, name, prompts, completions, columns, skip_errors=False) -> List[float]:
+    """TRL's form: fn(prompts=..., completions=..., **columns) -> N values, None -> NaN (not applicable)."""
+    n = len(completions)
+    try:
+        values = fn(prompts=list(prompts), completions=list(completions), **columns)
+    except Exception as e:  # a user callable may raise anything; we report it in one line
+        _fail(name, "raised %s: %s" % (type(e).__name__, e), prompts[0], completions[0], skip_errors)
+        return [0.0] * n
+    if not isinstance(values, (list, tuple)) and not hasattr(values, "__len__"):
+        raise GrpoEdgeError("reward %r returned %s, not a list of %d values (one per completion)"
+                            % (name, type(values).__name__, n))
+    values = list(values)
+    if len(values) != n:
+        raise GrpoEdgeError("reward %r returned %d values for %d completions" % (name, len(values), n))
+    out = []
+    for i, v in enumerate(values):
+        problem = None if v is None else _problem(v)
+        if problem is not None:
+            _fail(name, problem + " for sample %d" % i, prompts[i], completions[i], skip_errors)
+            v = 0.0
+        out.append(float("nan") if v is None else float(v))
+    return out
+
+
 def safe_reward(fn: RewardFn, name: str, completion: str, reference: str, prompt: str,
                 skip_errors: bool = False) -> float:
-    """Call ``fn(completion, reference, prompt)`` and return a finite float.
+    """Call ``fn(completion, reference, prompt)`` and return a finite float. A function whose parameters are
+    named completion / reference / prompt gets them by name, whatever their order.
 
     When it raises, returns something that is not a number, or returns NaN/inf: raise GrpoEdgeError
     naming the function and the example, or (``skip_errors=True``) warn and return 0.0.
     """
     try:
-        value = float(fn(completion, reference, prompt))
+        if _named_per_sample(fn):
+            value = float(fn(completion=completion, reference=reference, prompt=prompt))
+        else:
+            value = float(fn(completion, reference, prompt))
         # finite in the training dtype: 1e300 is a float64 but inf in float32
         problem = None if math.isfinite(value) and abs(value) <= FLOAT32_MAX else "returned %r" % value
     except Exception as e:  # a user callable may raise anything; we report it in one line
@@ -166,14 +251,50 @@ class WeightedRewards(object):
     def names(self) -> List[str]:
         return [name for name, _, _ in self.items]
 
-    def score(self, completions: Sequence[str], references: Sequence[str], prompts: Sequence[str]):
-        """Score N samples. Returns (total (N,) float32 tensor, {name: (N,) float32 tensor})."""
+    def score(self, completions: Sequence[str], references: Sequence[str], prompts: Sequence[str], columns=None):
+        """Score N samples. columns: one dict of data columns per sample (None: the reference as `answer`).
+        Returns (total (N,) float32 tensor, {name: (N,) float32 tensor}; NaN where a reward does not apply)."""
         parts = {}
         total = torch.zeros(len(completions), dtype=torch.float32)
+        batch_columns = None
         for name, fn, weight in self.items:
-            values = torch.tensor([safe_reward(fn, name, c, r, p, self.skip_errors)
-                                   for c, r, p in zip(completions, references, prompts)],
-                                  dtype=torch.float32)                      # (N,)
+            if takes_batch(fn):
+                if batch_columns is None:
+                    batch_columns = columns_by_name(columns, references)
+                values = torch.tensor(batch_reward(fn, name, prompts, completions, batch_columns, self.skip_errors),
+                                      dtype=torch.float32)
+            else:
+                values = torch.tensor([safe_reward(fn, name, c, r, p, self.skip_errors)
+                                       for c, r, p in zip(completions, references, prompts)],
+                                      dtype=torch.float32)                      # (N,)
             parts[name] = values
-            total += weight * values
+            total += weight * torch.nan_to_num(values, nan=0.0)
         return total, parts
+
+    def check(self, prompts: Sequence[str], references: Sequence[str], columns=None, where="the data") -> None:
+        """Call every reward on a few samples (their references as the completions): a reward that cannot be
+        called so, returns the wrong number of values or a non-number / NaN / inf is one line (ConfigError)
+        naming it, before any training."""
+        cols = columns_by_name(columns, references)
+        for name, fn, _ in self.items:
+            try:
+                if takes_batch(fn):      # reward_errors: skip warns about values; a wrong length still stops
+                    batch_reward(fn, name, prompts, references, cols, self.skip_errors)
+                else:
+                    for c, r, p in zip(references, references, prompts):
+                        safe_reward(fn, name, c, r, p, self.skip_errors)
+            except GrpoEdgeError as e:
+                form = ("fn(prompts=[...], completions=[...], %s)" % ", ".join("%s=[...]" % k for k in cols)
+                        if takes_batch(fn) else "fn(completion, reference, prompt)")
+                raise ConfigError("checking rewards on %d samples of %s, called as %s: %s"
+                                  % (len(prompts), where, form, str(e).split(" (set task.reward_errors")[0]))
+
+
+def columns_by_name(columns, references) -> Dict[str, list]:
+    """[{column: value}] per sample -> {column: [values]}; without columns the references as `answer`."""
+    if columns is None:
+        return {"answer": list(references)}
+    names = []
+    for row in columns:
+        names += [k for k in row if k not in names]
+    return dict((k, [row.get(k) for row in columns]) for k in names)

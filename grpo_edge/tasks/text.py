@@ -67,6 +67,7 @@ class TextDataTask(TextTask):
         self.test_problems = [(p, r) for p, r, _, _ in test]
         self.train_columns = [c for _, _, c, _ in train]          # the records' other columns, for the rewards
         self.test_columns = [c for _, _, c, _ in test]
+        self.check_rewards()
 
     # --- data -----------------------------------------------------------------------------------
     def _split(self, cfg):
@@ -98,7 +99,7 @@ class TextDataTask(TextTask):
             prompt, ref = column_text(rec, "prompt"), column_text(rec, ref_col)
             if not prompt:
                 raise ConfigError("%s: empty prompt" % rec.where)
-            others = dict((k, v) for k, v in rec.values.items() if k not in ("prompt", ref_col))
+            others = dict((k, v) for k, v in rec.values.items() if k != "prompt")   # the reference too, by name
             out.append((prompt, ref, others, rec.where))
         return out
 

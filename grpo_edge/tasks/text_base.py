@@ -58,6 +58,8 @@ class TextTask(Task):
     default_rewards = {"exact_match": 1.0}
     eval_metrics = {}       # name -> fn(completion, reference, prompt), reported by evaluate() besides the rewards
     sampler = None          # optional: .sample(num_groups, generator) -> train indices, .observe(indices, (N,) scores, G)
+    train_columns = None    # optional: one dict of data columns per train / test problem, for TRL-style rewards
+    test_columns = None     # (None: the rewards get the reference as `answer`)
 
     def __init__(self, cfg: dict, seed: int = 0):
         cfg = dict(cfg or {})
@@ -78,6 +80,18 @@ class TextTask(Task):
     # --- model ---------------------------------------------------------------------------------
     def model_kwargs(self) -> dict:
         return {"vocab_size": self.tokenizer.vocab_size}
+
+    def columns(self, split: str):
+        """The data columns of `split`'s problems (a list of dicts, in problem order), or None."""
+        return self.train_columns if split == "train" else self.test_columns
+
+    def check_rewards(self, n: int = 4) -> None:
+        """Every reward called on the first n train problems (references as completions): one line naming a
+        reward with the wrong signature, length or values, before any training (rewards.WeightedRewards.check)."""
+        problems = self.train_problems[:n]
+        columns = None if self.train_columns is None else self.train_columns[:n]
+        self.rewards.check([p for p, _ in problems], [r for _, r in problems], columns,
+                           where="task %s's train data" % self.name)
 
     def problems(self, split: str) -> List[Problem]:
         if split not in ("train", "test"):
@@ -101,7 +115,8 @@ class TextTask(Task):
                                                  generator=generator)                  # each (N, Tn)
         completions = [self.tokenizer.decode(row) for row in tokens.tolist()]
         has_eos = ((tokens == EOS) & (mask > 0)).any(dim=1)                            # (N,)
-        rewards, parts = self.rewards.score(completions, refs, prompts)                # (N,), {name: (N,)}
+        columns = None if self.train_columns is None else [self.train_columns[i] for i in idx for _ in range(group_size)]
+        rewards, parts = self.rewards.score(completions, refs, prompts, columns)       # (N,), {name: (N,)}
         if self.sampler is not None:
             self.sampler.observe(idx, parts.get(self.metric_name, rewards), group_size)
         return Rollout(
@@ -178,7 +193,8 @@ class TextTask(Task):
         result = {}
         for name, fn in sorted(self.eval_metrics.items()):
             result[name] = float(np.mean([fn(c, r, p) for c, r, p in zip(completions, refs, prompts)]))
-        total, _ = self.rewards.score(completions, refs, prompts)
+        columns = self.columns(split)
+        total, _ = self.rewards.score(completions, refs, prompts, None if columns is None else columns[:n])
         result["reward"] = float(total.mean())
         result["n"] = len(problems)
         return result

@@ -69,6 +69,7 @@ class ZhEnNumbersTask(TextTask):
                               % len(self.train_problems))
         self.src_len = self.loader.src_len
         self.max_new_tokens = cfg_get(cfg, "max_new_tokens", self.loader.tgt_len, int, 1)
+        self.check_rewards()
 
     def values(self, critic, rollout):
         """PPO mode: the critic's value (N, Tn) before each output token: a tiny-transformer with out_dim=1,
