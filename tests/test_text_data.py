@@ -239,3 +239,32 @@ def test_per_reward_mean_and_std_are_logged_and_a_failing_reward_is_one_line(rew
             "training.warm_start_epochs=0", "--set", "model.d_model=32", "--save-dir", "r2", "--quiet")
     assert one_error_line(r).startswith("error: reward 'my_rewards:raises_later' raised KeyError: 'score' on prompt=")
     assert not (rewards_module / "r2").exists()
+
+
+# ---------------------------------------------------------------------------------------------- either padding
+@pytest.mark.parametrize("arch, padding, model", [
+    ("micro-gpt", "right", {"d_model": 32, "n_layer": 1, "n_head": 2}),
+    ("tiny-transformer", "left", {"d_model": 48, "nhead": 2, "num_layers": 1, "dim_feedforward": 96}),
+])
+def test_either_padding_deploys_to_esp32s3_bit_exact_and_rpi4(tmp_path, arch, padding, model):
+    """micro-gpt prompts padded on the right, tiny-transformer sources on the left (the other way round from
+    the built-in tasks): the ESP32-S3 C is bit-exact with its integer reference, which answers as the
+    checkpoint does; the Pi runner too."""
+    from grpo_edge.targets.esp32.text_deploy import deploy_text
+    from grpo_edge.targets.rpi import deploy as deploy_rpi
+    words = ["".join(w) for w in __import__("itertools").product("abcd", repeat=3)]
+    data = write_jsonl(tmp_path / "d.jsonl", [{"prompt": w + ">", "answer": w[::-1]} for w in words])
+    tr = GRPOTrainer(config={"task": {"name": "text", "data_path": str(data), "padding": padding},
+                             "model": dict(model, arch=arch),
+                             "training": {"steps": 1, "batch_size": 4, "eval_every": 0, "device": "cpu",
+                                          "warm_start_epochs": 40, "warm_start_lr": 0.004},
+                             "grpo": {"group_size": 2}}, save_dir=tmp_path / "run", progress=False)
+    tr.train()
+    ckpt = str(tmp_path / "run" / "last.pt")
+    rep = deploy_text(ckpt, "esp32s3", tmp_path / "esp", {"n_eval": 64, "n_calib": 64, "n_rv32": 2, "tflm": False})
+    figures = dict((k, f["value"]) for k, f in rep.to_dict()["figures"].items())
+    assert figures["host_bit_exact"] is True
+    assert figures["exact_match_int"] >= figures["exact_match_fp32"] - 0.2 and figures["exact_match_fp32"] >= 0.5
+    deploy_rpi(ckpt, "rpi4", tmp_path / "pi", {})
+    pi = json.loads((tmp_path / "pi" / "report.json").read_text())["figures"]
+    assert pi["sim_fp32_agreement"]["value"] == 1.0

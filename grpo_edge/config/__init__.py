@@ -451,7 +451,11 @@ def load_config(path=None, overrides=None, data: Optional[dict] = None, literals
                               % (section, _closest(str(section), SECTIONS), ", ".join(SECTIONS)))
         if raw[section] is not None and not isinstance(raw[section], dict):
             raise ConfigError("config section '%s' must be a mapping" % section)
-    raw = _merge(raw, parse_overrides(overrides))
+    over = parse_overrides(overrides)
+    arch = (over.get("model") or {}).get("arch")
+    if arch is not None and (raw.get("model") or {}).get("arch") not in (None, arch):
+        raw = dict(raw, model={})    # another architecture: the recipe's model keys belonged to its own
+    raw = _merge(raw, over)
     for dotted, value in (literals or {}).items():
         section, key = dotted.split(".", 1)
         raw = _merge(raw, {section: {key: value}})

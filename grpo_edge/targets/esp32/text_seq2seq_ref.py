@@ -1,6 +1,7 @@
 """Encoder-decoder (tiny-transformer) on the ESP32 text path: fp32 NumPy model, quantization, integer reference.
 
-The encoder runs once per prompt on the prompt's n characters only (right padding: positions 0..n-1).
+The encoder runs once per prompt on the prompt's n characters only, at their positions (right padding:
+0..n-1; left padding: src_len-n..src_len-1).
 That equals the checkpoint's masked encoder exactly: pad keys get -1e4 there, whose exp is 0 in
 float32, and pad queries feed only pad rows, which cross-attention masks too. (An empty prompt is all
 pads; every key is masked alike there, so the softmax is the unmasked one over all positions: the
@@ -19,9 +20,19 @@ from .textir import (BOS, EOS, PAD, _ln_f, _rec, act_scale, attention_params, fc
                      ln_params, softmax_tables)
 
 
-def _valid_len(row):
-    n = int((np.asarray(row) != PAD).sum())
-    return n
+def valid_span(row):
+    """(start, n) of a source's characters: after its leading pads (left padding) up to the next pad (right
+    padding); an all-pad source is (0, src_len): every key masked alike is the unmasked softmax."""
+    row = np.asarray(row)
+    s = 0
+    while s < len(row) and row[s] == PAD:
+        s += 1
+    if s == len(row):
+        return 0, len(row)
+    n = 0
+    while s + n < len(row) and row[s + n] != PAD:
+        n += 1
+    return s, n
 
 
 # ----------------------------------------------------------------------------- fp32
@@ -35,9 +46,9 @@ def _float_layer_ff(w, pre, x, rec, ln="ln2"):
 def float_encode(ir, src_row, rec=None):
     """One source (src_len,) ids -> memory (n, D) over its n valid positions (all src_len if empty)."""
     c, w = ir.cfg, ir.w
-    n = _valid_len(src_row) or c["src_len"]
+    s, n = valid_span(src_row)
     H, hd = c["n_head"], c["hd"]
-    x = _rec(rec, "ex", w["tok"][src_row[:n]] + w["src_pos"][:n])                  # (n, D)
+    x = _rec(rec, "ex", w["tok"][src_row[s:s + n]] + w["src_pos"][s:s + n])        # (n, D)
     for i in range(c["n_layer"]):
         pre = "e%d" % i
         h = _rec(rec, pre + ".ln1", _ln_f(x, w[pre + ".ln1_g"], w[pre + ".ln1_b"], 1e-5))
@@ -163,8 +174,8 @@ def encode_int(q, row):
     """(src_len,) ids -> memory (n, D) int16."""
     c, p, K = q["cfg"], q["p"], q["const"]
     H, hd = c["n_head"], c["hd"]
-    n = _valid_len(row) or c["src_len"]
-    x = T.add16(K["tok16e"][row[:n]], K["src_pos16"][:n])
+    s, n = valid_span(row)
+    x = T.add16(K["tok16e"][row[s:s + n]], K["src_pos16"][s:s + n])
     for L in p["enc"]:
         h = T.layernorm16(x, L["ln1"])
         qv, k, v = T.fc16(h, L["q"]), T.fc16(h, L["k"]), T.fc16(h, L["v"])

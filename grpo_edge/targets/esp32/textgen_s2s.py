@@ -96,16 +96,19 @@ static void attend(const int16_t *q, const int16_t *kc, const int16_t *vc, int n
                      a->sm_s, a->y_m, a->y_s, exp_lut, recip_lut, 0, A_SC, y + hh * %(hd)d);
 }
 
-/* Encoder over the prompt's valid (non-pad) prefix, then every decoder layer's cross keys/values. */
+/* Encoder over the prompt's characters at their positions (after leading pads: left padding; up to the next
+   pad: right padding), then every decoder layer's cross keys/values. */
 static void encoder(const int16_t *ids)
 {
-    int n = 0, i, j, l;
-    while (n < %(S)d && ids[n] != 0) ++n;
-    if (n == 0) n = %(S)d;                               /* empty prompt: all pads, none masked */
+    int s = 0, n = 0, i, j, l;
+    while (s < %(S)d && ids[s] == 0) ++s;
+    if (s == %(S)d) { s = 0; n = %(S)d; }                /* empty prompt: all pads, none masked */
+    else while (s + n < %(S)d && ids[s + n] != 0) ++n;
     n_src = n;
     for (j = 0; j < n; ++j)
         for (i = 0; i < %(D)d; ++i)
-            A_EX[j * %(D)d + i] = gxt_sat16((int32_t)tok16e[(long)ids[j] * %(D)d + i] + (int32_t)src_pos16[j * %(D)d + i]);
+            A_EX[j * %(D)d + i] = gxt_sat16((int32_t)tok16e[(long)ids[s + j] * %(D)d + i]
+                                            + (int32_t)src_pos16[(s + j) * %(D)d + i]);
     for (l = 0; l < %(L)d; ++l) {
         const enc_t *e = &enc[l];
         for (j = 0; j < n; ++j) {

@@ -67,8 +67,6 @@ def checkpoint2textir(checkpoint) -> TextIR:
     sd = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     chars = "".join(sorted(set(tok["chars"])))
     input_len, max_new = int(meta["input_shape"][0]), int(meta["max_new_tokens"])
-    if meta.get("padding", "left") != "left" and arch == "micro-gpt":
-        raise TargetError("micro-gpt prompts must be left-padded (task_meta padding=%r)" % meta.get("padding"))
     cfg = {"chars": chars, "vocab": len(chars) + N_SPECIALS, "input_len": input_len, "max_new_tokens": max_new,
            "max_len": int(mc["max_len"]), "padding": meta.get("padding", "left"), "task": state.get("task"),
            "eps": 1e-5}
