@@ -36,9 +36,10 @@ def example_files_and_commands():
 
 def test_the_section_has_the_three_kinds_of_own_code():
     files, commands = example_files_and_commands()
-    assert set(files) == {"mygrid.py", "mytasks.py"}
+    assert set(files) == {"mygrid.py", "mytasks.py", "make_data.py", "my_rewards.py"}
     names = " ".join(commands)
-    for form in ("task.name=Pendulum-v1", "mygrid:GridWorld ", "mygrid:GridWorld-v0", "mytasks:Loudest"):
+    for form in ("task.name=Pendulum-v1", "mygrid:GridWorld ", "mygrid:GridWorld-v0", "mytasks:Loudest",
+                 "--data-path reverse.jsonl", "my_rewards:reversed_ok"):
         assert form in names + " "
 
 
@@ -52,9 +53,9 @@ def test_readme_own_problem_examples_run_as_written(tmp_path):
         r = subprocess.run(["bash", "-c", cmd], cwd=str(tmp_path), env=env, capture_output=True, text=True,
                            timeout=900)
         assert r.returncode == 0, "%s\n%s" % (cmd, r.stderr[-3000:])
-    for run in ("pendulum", "grid", "grid-v0", "loudest"):
+    for run in ("pendulum", "grid", "grid-v0", "loudest", "reverse"):
         assert (tmp_path / "runs" / run / "best.pt").exists()
-    for out in ("grid-esp32", "loudest-esp32"):
+    for out in ("grid-esp32", "loudest-esp32", "reverse-esp32s3"):
         f = json.loads((tmp_path / "deploy" / out / "report.json").read_text())["figures"]
         assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True, out
     for out in ("pendulum-rpi4", "grid-rpi4", "loudest-rpi4"):
@@ -63,3 +64,7 @@ def test_readme_own_problem_examples_run_as_written(tmp_path):
     loudest = json.loads((tmp_path / "runs" / "loudest" / "summary.json").read_text())
     assert loudest["best_accuracy"] > 0.6, loudest          # chance is 0.25
     assert grid["best_return"] > 0.8, grid                # +1 at the goal, -0.01 a step
+    reverse = json.loads((tmp_path / "runs" / "reverse" / "summary.json").read_text())
+    assert reverse["best_exact_match"] > 0.8, reverse
+    last = json.loads((tmp_path / "runs" / "reverse" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "rewards/my_rewards:reversed_ok/mean" in last

@@ -77,6 +77,8 @@ def test_csv_and_tsv(tmp_path):
     ("d.jsonl", b'{"prompt": "a", "answer": "b"}\n{"prompt": ["a"], "answer": "b"}\n',
      "{p}:2: column 'prompt' must be text, got list"),
     ("d.csv", b"prompt,answer\na>,b\nc>,d,e\n", "{p}:3: 3 fields, the header has 2 (prompt, answer)"),
+    ("d.jsonl", b'{"prompt": [{"role": "user", "content": "hi"}], "answer": "b"}\n',
+     "{p}:1: column 'prompt' is a list of chat messages (TRL's conversational form)"),
     ("d.parquet", b"x", "unknown format '.parquet'"),
 ])
 def test_bad_data_files_are_one_line(tmp_path, name, content, message):
@@ -268,3 +270,29 @@ def test_either_padding_deploys_to_esp32s3_bit_exact_and_rpi4(tmp_path, arch, pa
     deploy_rpi(ckpt, "rpi4", tmp_path / "pi", {})
     pi = json.loads((tmp_path / "pi" / "report.json").read_text())["figures"]
     assert pi["sim_fp32_agreement"]["value"] == 1.0
+
+
+def test_the_docs_reward_examples_pass_their_checks_and_score(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "own_task.md").read_text(encoding="utf-8")
+    block = [t for lang, t in re.findall(r"```(\w+)\n(.*?)```", doc, re.S) if t.startswith("# my_rewards.py")][0]
+    (tmp_path / "my_rewards.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("my_rewards", None)
+    data = write_jsonl(tmp_path / "d.jsonl", reverse_rows())
+    task = get_task("text", {"data_path": str(data), "rewards": {"my_rewards:reversed_ok": 1.0,
+                                                                 "my_rewards:short_answer": 0.5,
+                                                                 "my_rewards:per_sample": 1.0}})
+    total, parts = task.rewards.score(["ba", "x"], ["ba", "ab"], ["ab>", "b>"])
+    assert parts["my_rewards:reversed_ok"].tolist() == [1.0, 0.0] and parts["my_rewards:per_sample"].tolist() == [1.0, 0.0]
+    assert parts["my_rewards:short_answer"][0] == 1.0 and torch.isnan(parts["my_rewards:short_answer"][1])
+    assert total.tolist() == [2.5, 0.0]
+    sys.modules.pop("my_rewards", None)
+
+
+def test_cli_bad_data_file_is_one_line_and_writes_nothing(tmp_path):
+    (tmp_path / "d.csv").write_text("prompt,answer\na>,b\nc>,d,e\n", encoding="utf-8")
+    r = cli(tmp_path, "train", "--data-path", "d.csv", "--save-dir", "run")
+    assert one_error_line(r) == "error: d.csv:3: 3 fields, the header has 2 (prompt, answer)"
+    assert not (tmp_path / "run").exists()

@@ -11,7 +11,7 @@ from grpo_edge.errors import ConfigError, GrpoEdgeError
 def train(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (a file, or a built-in: cartpole.yaml, bandit.yaml, ...). Default: the task's own recipe, else the one for its kind (control: cartpole, bandit: bandit, text: arithmetic)."),
     set_: List[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
-    data_path: Optional[str] = typer.Option(None, "--data-path", "--data_path", help="Your own data (text tasks: TSV/JSONL pairs)."),
+    data_path: Optional[str] = typer.Option(None, "--data-path", "--data_path", help="Your own text data: JSONL, CSV or TSV with a prompt column and a completion or answer column (task text, the default with this option; zh-en-numbers takes src/tgt pairs). docs/own_task.md."),
     save_dir: Optional[str] = typer.Option(None, "--save-dir", "--save_dir", help="Run folder (default runs/<task>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly."),
     force: bool = typer.Option(False, "--force", help="Start over in a --save-dir that holds another run: deletes that run's own files (last.pt, best.pt, metrics.jsonl, ...), nothing else."),
@@ -33,6 +33,8 @@ def train(
         if not Path(data_path).exists():
             raise ConfigError("--data-path %s does not exist" % data_path)
         literals["task.data_path"] = data_path
+        if config is None and not any(o.startswith("task.name=") for o in overrides):
+            overrides.append("task.name=text")          # your data, no task named: the text task
     if seed is not None:
         literals["training.seed"] = seed
     if device is not None:
@@ -197,7 +199,9 @@ TRAIN_HELP = ("Train a policy with GRPO (or PPO, grpo.algo=ppo) on a built-in or
               "The task is --set task.name=NAME: a built-in task (grpo-edge tasks), a gymnasium id (Pendulum-v1), "
               "your gymnasium Env class or grpo-edge Task class as module:Class, or an id your module registers "
               "as module:Id (imported from the current folder); its arguments as --set 'task.kwargs={\"size\": 8}'. "
-              "docs/own_task.md says what a Task implements.")
+              "Your text data: --data-path FILE (task text), rewards as --set 'task.rewards={\"my_rewards:fn\": 1.0}' "
+              "in TRL's form fn(prompts, completions, **columns). docs/own_task.md says what a Task implements, "
+              "the data format and the reward signature.")
 
 
 def register(app):

@@ -97,6 +97,10 @@ def _table(path, lines, delimiter):
 def column_text(record, column):
     """record[column] as text: a string, or a number written as one; a one-line error otherwise."""
     v = record.values.get(column)
+    if isinstance(v, list) and v and all(isinstance(m, dict) and "content" in m for m in v):
+        raise ConfigError("%s: column %r is a list of chat messages (TRL's conversational form); grpo-edge's "
+                          "character models take plain text: write the %s as one string" % (record.where, column,
+                                                                                          column))
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         raise ConfigError("%s: column %r must be text, got %s" % (record.where, column,
                                                                  "nothing" if v is None else type(v).__name__))

@@ -148,16 +148,16 @@ def task_from_state(state: dict, seed: int = 0):
         raise CheckpointError("checkpoint names no task: cannot rebuild it")
     if state.get("task_class"):
         _check_importable(state["task_class"])
-    cfg = dict(task_cfg)
-    restore = getattr(task_class(name), "restore_cfg", None)       # what the checkpoint fixes (a vocabulary)
-    if restore is not None:
-        cfg.update(restore(state.get("task_meta") if isinstance(state.get("task_meta"), dict) else {}))
     allowed = getattr(task_class(name), "archs", None) if name in TASKS else None
     if allowed and state.get("arch") not in allowed:
         raise CheckpointError("checkpoint's architecture %s does not fit task %s (it takes %s)"
                               % (state.get("arch"), name, ", ".join(allowed)))
+    cfg = dict(task_cfg)
     try:
+        restore = getattr(task_class(name), "restore_cfg", None)   # what the checkpoint fixes (a vocabulary)
+        if restore is not None:
+            cfg.update(restore(state.get("task_meta") if isinstance(state.get("task_meta"), dict) else {}))
         return get_task(name, cfg, seed=seed)
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError("cannot rebuild task %r from the checkpoint (%s)" % (name, msg[:200]))
+        raise CheckpointError("cannot rebuild task %r from the checkpoint (%s)" % (name, msg[:300]))

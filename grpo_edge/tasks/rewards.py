@@ -93,11 +93,13 @@ BUILTIN_REWARDS = {
 
 
 def load_reward(spec: str) -> RewardFn:
-    """Import a user reward named ``"module.path:fn"`` (the module must be importable, e.g. on PYTHONPATH)."""
+    """Import a user reward named ``"module.path:fn"``, from the current folder or an installed package."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError("reward %r: expected 'module.path:function' or one of %s"
                           % (spec, ", ".join(sorted(BUILTIN_REWARDS))))
+    from grpo_edge.tasks.user_code import current_folder_importable
+    current_folder_importable()
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

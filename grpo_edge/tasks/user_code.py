@@ -12,8 +12,7 @@ def import_user_object(spec):
     attribute but a gymnasium id that importing the module registered. The current folder is importable
     (as with `python -m`). One line (ConfigError) naming the module or the name otherwise."""
     module, name = spec.split(":", 1)
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    current_folder_importable()
     try:
         mod = importlib.import_module(module)
     except Exception as e:  # the user's module: any import-time error is theirs to see, in one line
@@ -33,3 +32,9 @@ def import_user_object(spec):
     except ImportError:
         pass
     raise ConfigError("module %s defines no %r (and registers no gymnasium id of that name)" % (module, name))
+
+
+def current_folder_importable():
+    """The current folder on sys.path (as `python -m` puts it there): the user's modules beside them import."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
