@@ -109,7 +109,7 @@ def test_bad_inputs(tmp_path):
     fp32 = resnet.parent / "resnet.onnx"
     with pytest.raises(ExportError, match="not an int8 QDQ model"):
         esp32.deploy(fp32, "esp32c3", tmp_path / "o", SMALL)
-    with pytest.raises(ExportError, match="C identifier"):
+    with pytest.raises(TargetError, match="C identifier"):
         esp32.deploy(resnet, "esp32c3", tmp_path / "o", dict(SMALL, prefix="9-bad"))
     with pytest.raises(TargetError, match="unknown option colour for target esp32c3"):
         esp32.deploy(resnet, "esp32c3", tmp_path / "o", {"colour": "red"})

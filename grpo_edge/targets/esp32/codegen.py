@@ -1,8 +1,8 @@
 """C99 code generation: one header + one source per model, no malloc, no interpreter.
 
-The kernels are real C in csrc/ (gx_kernels.h: int8; gx_kernels16.h: 16x8), static inline functions
-taking one params struct each, compiled and tested on their own, and copied unchanged next to the
-model (KERNEL_HEADERS). The generated source holds only data: const int8 weights, int32 biases
+The kernels are real C in csrc/ (gx_kernels.h: int8; gx_kernels16.h: 16x8; their arithmetic in
+gx_fixedpoint.h), inline functions taking one params struct each, compiled and tested on their own, and
+copied unchanged next to the model (KERNEL_HEADERS). The generated source holds only data: const int8 weights, int32 biases
 (input offset folded in), per-channel multipliers/shifts, one `static const gx_<op>_t` params struct
 per op, the static arena laid out by the planner, and a straight-line
 `<prefix>_invoke(const int8_t *in, int8_t *out)` calling the kernels. Every symbol the model defines,
@@ -12,7 +12,6 @@ static ones included, starts with the prefix; the kernels' symbols start with gx
 and `<prefix>_output_t` in the header name the I/O types of either kind) and reach their arena
 buffers through an int16_t member of the arena union (offsets are 4-byte aligned bytes).
 """
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict
@@ -23,6 +22,7 @@ from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_text
 
 from . import planner as P
+from .cc import CSRC, VECTOR_HEADERS, check_prefix, write_headers  # noqa: F401  (CSRC: the tests compile from it)
 from .int16_ref import SIGMOID_TABLE_UINT16
 
 TOOL = "grpo_edge.targets.esp32"
@@ -42,12 +42,6 @@ class Generated:
     prefix: str
     input_dtype: str = "int8"       # "int8" | "int16": element type of <prefix>_invoke's in / out
     output_dtype: str = "int8"
-
-
-def check_prefix(prefix: str) -> str:
-    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$", prefix or ""):
-        raise ExportError("prefix %r must be a C identifier (letters, digits, _), at most 32 characters" % prefix)
-    return prefix
 
 
 def stamp(graph, what: str) -> str:
@@ -70,8 +64,7 @@ def _array(ctype, name, values, per_line=16) -> str:
 MARK = "#ifndef GX_MARK\n#define GX_MARK(i) ((void)0)\n#endif\n"
 
 # The kernels, as real C: copied unchanged next to every generated model (csrc/ in this package).
-CSRC = Path(__file__).resolve().parent / "csrc"
-KERNEL_HEADERS = ["gx_kernels.h", "gx_kernels16.h"]
+KERNEL_HEADERS = VECTOR_HEADERS
 
 
 def _struct(ctype, name, fields) -> str:
@@ -321,8 +314,4 @@ def write(gen: Generated, out_dir) -> Dict[str, Path]:
     c = out / (gen.prefix + "_model.c")
     atomic_write_text(h, gen.header)
     atomic_write_text(c, gen.source)
-    kernels = []
-    for name in KERNEL_HEADERS:
-        kernels.append(out / name)
-        atomic_write_text(kernels[-1], (CSRC / name).read_text())
-    return {"header": h, "source": c, "kernels": kernels}
+    return {"header": h, "source": c, "kernels": write_headers(out, KERNEL_HEADERS)}

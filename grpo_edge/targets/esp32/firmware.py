@@ -10,6 +10,7 @@ from grpo_edge.report import atomic_write_text
 
 from . import reference as R
 from .codegen import stamp, write
+from .fixedpoint import fnv1a  # noqa: F401  (firmware.fnv1a: the test vectors' checksum)
 
 COMPONENT = "grpo_model"
 
@@ -20,12 +21,6 @@ def template_dir() -> Path:
         if (d / "main" / "grpo_app.c").is_file():
             return d
     raise TargetError("ESP-IDF firmware template not found (expected firmware/ next to grpo_edge/)")
-
-
-def fnv1a(data: bytes, h: int = 2166136261) -> int:
-    for b in data:
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return h
 
 
 def test_vectors(graph, n: int, seed: int = 0):

@@ -95,3 +95,13 @@ def clamp8(x, lo=-128, hi=127):
 
 def clamp16(x, lo=-32768, hi=32767):
     return np.clip(i64(x), lo, hi).astype(np.int16)
+
+
+FNV_OFFSET, FNV_PRIME = 2166136261, 16777619
+
+
+def fnv1a(data: bytes, h: int = FNV_OFFSET) -> int:
+    """FNV-1a over bytes (gx_fnv1a in csrc/gx_fixedpoint.h): test-vector checksums, logit hashes."""
+    for b in data:
+        h = ((h ^ b) * FNV_PRIME) & 0xFFFFFFFF
+    return h

@@ -44,20 +44,24 @@ def missing_reason() -> str:
     return "python packages unicorn and pyelftools are needed (pip install unicorn pyelftools)"
 
 
-def build(gen, workdir) -> Path:
-    """Cross-compile and link the generated model to a bare rv32imc ELF; return its path."""
-    from .codegen import write
+def cross_compile(sources, elf, entry, include_dir) -> Path:
+    """riscv64-unknown-elf-gcc RV_FLAGS: `sources` to a bare ELF (no libc, entry `entry`) at `elf`."""
     if shutil.which(CROSS) is None:
         raise TargetError(missing_reason())
-    work = Path(workdir)
-    src = write(gen, work)["source"]
-    elf = work / (gen.prefix + "_rv32.elf")
-    cmd = [CROSS] + RV_FLAGS + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s_invoke" % gen.prefix,
-                                "-Wl,-Ttext=0x%x" % TEXT_BASE, "-I", str(work), "-o", str(elf), str(src), "-lgcc"]
+    cmd = [CROSS] + RV_FLAGS + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s" % entry, "-Wl,-Ttext=0x%x" % TEXT_BASE,
+                                "-I", str(include_dir), "-o", str(elf)] + [str(s) for s in sources] + ["-lgcc"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise TargetError("rv32 cross-compile failed: %s" % (r.stderr.strip().splitlines() or ["?"])[0])
-    return elf
+    return Path(elf)
+
+
+def build(gen, workdir) -> Path:
+    """Cross-compile and link the generated model to a bare rv32imc ELF; return its path."""
+    from .codegen import write
+    work = Path(workdir)
+    src = write(gen, work)["source"]
+    return cross_compile([src], work / (gen.prefix + "_rv32.elf"), gen.prefix + "_invoke", work)
 
 
 def section_sizes(elf_path) -> dict:
@@ -91,35 +95,26 @@ def load_segments(uc, elf):
         uc.mem_map(lo, hi - lo)
         uc.mem_write(seg["p_vaddr"], seg.data() + b"\0" * (seg["p_memsz"] - seg["p_filesz"]))
 
-class Machine:
-    """One loaded ELF in unicorn; call invoke(x) repeatedly."""
+class Program:
+    """A bare rv32 ELF in unicorn: call(symbol, a0, a1) runs one of its functions from a fresh stack to a
+    sentinel return address, with an exact instruction count (a basic-block hook; each block decoded once:
+    16-bit compressed or 32-bit instructions) and the stack bytes it used (a fill pattern)."""
 
-    def __init__(self, elf_path, prefix, in_size, out_size, in_dtype="int8", out_dtype="int8"):
-        """in_size / out_size: elements of in_dtype / out_dtype ("int8" | "int16")."""
+    def __init__(self, elf_path, symbols, io_bytes=0x1000):
         from elftools.elf.elffile import ELFFile
         from unicorn import UC_ARCH_RISCV, UC_MODE_RISCV32, Uc
         self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
-        self.in_dtype, self.out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
-        in_size, out_size = in_size * self.in_dtype.itemsize, out_size * self.out_dtype.itemsize
-        self.in_size, self.out_size = in_size, out_size        # bytes
         with open(elf_path, "rb") as f:
             elf = ELFFile(f)
             load_segments(self.uc, elf)
             syms = elf.get_section_by_name(".symtab")
-            self.entry = syms.get_symbol_by_name(prefix + "_invoke")[0]["st_value"]
+            self.addr = dict((n, syms.get_symbol_by_name(n)[0]["st_value"]) for n in symbols)
             gp = syms.get_symbol_by_name("__global_pointer$")
             self.gp = gp[0]["st_value"] if gp else 0
-        io = (self.out_offset() + out_size + 0xFFF) & ~0xFFF
-        self.uc.mem_map(IO_BASE, max(io, 0x1000))
+        self.uc.mem_map(IO_BASE, max((io_bytes + 0xFFF) & ~0xFFF, 0x1000))
         self.uc.mem_map(STACK_TOP - STACK_SIZE, STACK_SIZE)
         self.uc.mem_map(SENTINEL, 0x1000)
-        self._blocks = {}
-        self.count = 0
-        self._hook = None
-
-    def out_offset(self) -> int:
-        """The output buffer follows the input, 4-byte aligned."""
-        return (self.in_size + 3) & ~3
+        self._blocks, self.count, self.last_stack, self.stack = {}, 0, 0, 0
 
     def _count_block(self, uc, addr, size, _):
         n = self._blocks.get((addr, size))
@@ -132,30 +127,53 @@ class Machine:
             self._blocks[(addr, size)] = n
         self.count += n
 
-    def invoke(self, x: np.ndarray, count=False):
-        """Run <prefix>_invoke on one input; returns (output, instructions or None, stack bytes)."""
+    def call(self, name, a0=0, a1=0, count=True):
+        """Run function `name`(a0, a1); returns (its int32 a0 result, instructions or None)."""
         from unicorn import UC_HOOK_BLOCK
         from unicorn.riscv_const import (UC_RISCV_REG_A0, UC_RISCV_REG_A1, UC_RISCV_REG_GP, UC_RISCV_REG_RA,
                                          UC_RISCV_REG_SP)
         uc = self.uc
-        uc.mem_write(IO_BASE, np.ascontiguousarray(x, dtype=self.in_dtype).tobytes())
         uc.mem_write(STACK_TOP - STACK_SIZE, bytes([STACK_FILL]) * STACK_SIZE)
         for reg, v in ((UC_RISCV_REG_SP, STACK_TOP - 16), (UC_RISCV_REG_RA, SENTINEL), (UC_RISCV_REG_GP, self.gp),
-                       (UC_RISCV_REG_A0, IO_BASE), (UC_RISCV_REG_A1, IO_BASE + self.out_offset())):
+                       (UC_RISCV_REG_A0, a0 & 0xFFFFFFFF), (UC_RISCV_REG_A1, a1 & 0xFFFFFFFF)):
             uc.reg_write(reg, v)
         self.count = 0
         h = uc.hook_add(UC_HOOK_BLOCK, self._count_block) if count else None
         try:
-            uc.emu_start(self.entry, SENTINEL, timeout=0, count=0)
+            uc.emu_start(self.addr[name], SENTINEL, timeout=0, count=0)
         except Exception as e:  # noqa: BLE001 - unicorn raises UcError
-            raise TargetError("rv32 simulation faulted: %s" % e)
+            raise TargetError("rv32 simulation of %s faulted: %s" % (name, e))
         finally:
             if h is not None:
                 uc.hook_del(h)
-        y = np.frombuffer(bytes(uc.mem_read(IO_BASE + self.out_offset(), self.out_size)), dtype=self.out_dtype).copy()
-        stack = bytes(uc.mem_read(STACK_TOP - STACK_SIZE, STACK_SIZE))
-        used = STACK_SIZE - next((i for i, b in enumerate(stack) if b != STACK_FILL), STACK_SIZE)
-        return y, (self.count if count else None), used
+        st = bytes(uc.mem_read(STACK_TOP - STACK_SIZE, STACK_SIZE))
+        self.last_stack = STACK_SIZE - next((i for i, b in enumerate(st) if b != STACK_FILL), STACK_SIZE)
+        self.stack = max(self.stack, self.last_stack)
+        v = uc.reg_read(UC_RISCV_REG_A0)
+        return (v - (1 << 32) if v >= (1 << 31) else v), (self.count if count else None)
+
+
+class Machine(Program):
+    """A generated vector model's ELF: invoke(x) -> (output, instructions or None, stack bytes)."""
+
+    def __init__(self, elf_path, prefix, in_size, out_size, in_dtype="int8", out_dtype="int8"):
+        """in_size / out_size: elements of in_dtype / out_dtype ("int8" | "int16")."""
+        self.in_dtype, self.out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        self.in_size, self.out_size = in_size * self.in_dtype.itemsize, out_size * self.out_dtype.itemsize  # bytes
+        self.entry_name = prefix + "_invoke"
+        super().__init__(elf_path, [self.entry_name], io_bytes=self.out_offset() + self.out_size)
+
+    def out_offset(self) -> int:
+        """The output buffer follows the input, 4-byte aligned."""
+        return (self.in_size + 3) & ~3
+
+    def invoke(self, x: np.ndarray, count=False):
+        """Run <prefix>_invoke on one input; returns (output, instructions or None, stack bytes)."""
+        self.uc.mem_write(IO_BASE, np.ascontiguousarray(x, dtype=self.in_dtype).tobytes())
+        _, n = self.call(self.entry_name, IO_BASE, IO_BASE + self.out_offset(), count)
+        y = np.frombuffer(bytes(self.uc.mem_read(IO_BASE + self.out_offset(), self.out_size)),
+                          dtype=self.out_dtype).copy()
+        return y, n, self.last_stack
 
 
 def rv32_check(graph, gen, x_q: np.ndarray, n_counted: int = 3) -> dict:

@@ -4,7 +4,6 @@ NumPy reference (bit for bit) and with onnxruntime's QDQ run (within 1 LSB per o
 onnxruntime is run with graph optimizations DISABLED: its fused int8 kernels lose accuracy on CPUs
 without VNNI (see notes/toolchain-findings.md), and unfused QDQ is the model's own definition.
 """
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,8 +14,8 @@ import numpy as np
 from grpo_edge.errors import TargetError
 
 from . import reference as R
+from .cc import CFLAGS, gcc  # noqa: F401  (simulate.gcc / CFLAGS: the deploy report and the tests use them)
 
-CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 OPT_LEVELS = {"O2": ["-O2"], "O0-novec": ["-O0", "-fno-tree-vectorize"]}
 
 
@@ -37,13 +36,6 @@ def harness_c(models: Sequence) -> str:
             "    }\n" % {"P": P_, "p": g.prefix})
     return ("#include <stdio.h>\n#include <stdint.h>\n%s\nint main(void)\n{\n    int32_t n, i;\n%s    return 0;\n}\n"
             % (inc, "".join(body)))
-
-
-def gcc() -> str:
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        raise TargetError("host C compiler (gcc) not found: install gcc to simulate the generated C")
-    return cc
 
 
 def build_host(models: Sequence, workdir, opt="O2", extra=()) -> Path:

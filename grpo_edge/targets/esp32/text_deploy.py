@@ -135,7 +135,8 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
     from grpo_edge.core.checkpoint import load_policy
     from grpo_edge.tasks import task_from_state
     from grpo_edge.targets.profiles import load_profile
-    from . import textgen_c, textsim
+    from . import textsim
+    from .cc import check_prefix
     from .text_model import textir2int, write_c
     from .textir import checkpoint2textir, weight_bytes
 
@@ -149,7 +150,7 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
     model, state = load_policy(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
     task = task_from_state(state)
     ir = checkpoint2textir((model, state))
-    prefix = textgen_c.check_prefix(opts["prefix"] or str(state.get("task") or "model").replace("-", "_"))
+    prefix = check_prefix(opts["prefix"] or str(state.get("task") or "model").replace("-", "_"))
     out = Path(out_dir)
     t0 = time.time()
     if opts["activations"] not in (None, "auto", "int16"):

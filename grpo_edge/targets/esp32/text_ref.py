@@ -25,9 +25,9 @@ Rules (TFLite's where TFLite has one):
 import numpy as np
 
 from . import reference as R
+from .fixedpoint import FNV_OFFSET, fnv1a
 from .textir import EOS, PAD
 
-FNV_OFFSET, FNV_PRIME = 2166136261, 16777619
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -184,12 +184,6 @@ def generate(q, ids):
             break
         lo = step(q, cache, tok, T + s)
     return np.stack(out, 1), los
-
-
-def fnv1a(data: bytes, h: int = FNV_OFFSET) -> int:
-    for b in data:
-        h = ((h ^ b) * FNV_PRIME) & 0xFFFFFFFF
-    return h
 
 
 def run_prompts(q, prompts, batch=256, gen=None):

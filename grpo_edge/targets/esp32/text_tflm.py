@@ -120,29 +120,16 @@ def _single_op(code, n=8):
     raise TargetError("no probe for op %s" % code)
 
 
-PROBE = r"""
-import sys, numpy as np
-from tflite_micro import runtime
-ip = runtime.Interpreter.from_bytes(open(sys.argv[1], 'rb').read(), arena_size=1 << 16)
-for i in range(int(sys.argv[2])):
-    d = ip.get_input_details(i)
-    ip.set_input(np.zeros(d['shape'], dtype=d['dtype']), i)
-ip.invoke()
-print("OK")
-"""
-
-
 def op_support(work) -> dict:
     """{op: "runs" | "fails: <TFLM's message>"} for int16 (16x8) versions of the ops a decode step needs."""
     work = Path(work)
-    (work / "probe.py").write_text(PROBE)
     res = {}
     n_in = {"ADD": 2, "SQUARED_DIFFERENCE": 2, "BATCH_MATMUL": 2}
     for code in OPS:
         path = work / ("op_%s.tflite" % code.lower())
         path.write_bytes(_single_op(code))
-        r = subprocess.run([sys.executable, str(work / "probe.py"), str(path), str(n_in.get(code, 1))],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, str(TF.RUNNER), str(path), str(1 << 16), "--zeros",
+                            str(n_in.get(code, 1))], capture_output=True, text=True, timeout=120)
         if r.returncode == 0 and "OK" in r.stdout:
             res[code] = "runs"
         else:
@@ -153,27 +140,12 @@ def op_support(work) -> dict:
     return res
 
 
-RUN = r"""
-import sys, numpy as np
-from tflite_micro import runtime
-ip = runtime.Interpreter.from_bytes(open(sys.argv[1], 'rb').read(), arena_size=int(sys.argv[2]))
-x = np.load(sys.argv[3])
-out = []
-for i in range(len(x)):
-    ip.set_input(x[i:i + 1], 0)
-    ip.invoke()
-    out.append(np.array(ip.get_output(0)).reshape(-1))
-np.save(sys.argv[4], np.stack(out))
-"""
-
-
 def _run(model: bytes, x, work, name, arena=1 << 18):
     work = Path(work)
-    (work / "run.py").write_text(RUN)
     mp, xp, yp = work / (name + ".tflite"), work / (name + "_x.npy"), work / (name + "_y.npy")
     mp.write_bytes(model)
     np.save(xp, x)
-    r = subprocess.run([sys.executable, str(work / "run.py"), str(mp), str(arena), str(xp), str(yp)],
+    r = subprocess.run([sys.executable, str(TF.RUNNER), str(mp), str(arena), str(xp), "--out", str(yp)],
                        capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise TargetError("TFLM run of %s failed: %s" % (name, (r.stderr.strip().splitlines() or ["?"])[-1]))
@@ -267,8 +239,9 @@ def chain_c(q) -> str:
 def baseline(q, out_dir) -> dict:
     """Op support, bit-exactness of the shared ops, and the expressible step's cost in TFLM vs ours."""
     import shutil
-    from .textgen_c import KERNELS, c_array
-    from .textsim import CFLAGS, gcc
+    from .cc import TEXT_HEADERS, write_headers
+    from .textgen_c import c_array
+    from .cc import CFLAGS, gcc
     res = {"tflm": TF.tflm_env_note()}
     with tempfile.TemporaryDirectory(prefix="gxtflm_") as d:
         res["op_support_int16"] = op_support(d)
@@ -287,14 +260,12 @@ def baseline(q, out_dir) -> dict:
             x = np.zeros((20, c["d"]), np.int16)
             sc = (np.arange(H * T) * 37 % 2000).astype(np.int16)
             xin = [x, np.tile(sc.reshape(1, H, T), (20, 1, 1))]
-            runner = Path(d) / "chain_run.py"
-            runner.write_text(CHAIN_RUN)
             np.save(Path(d) / "h.npy", xin[0])
             np.save(Path(d) / "s.npy", xin[1])
-            tflm_i = TF.callgrind_instructions([sys.executable, str(runner), str(mp), str(ar["arena_bytes"]),
+            tflm_i = TF.callgrind_instructions([sys.executable, str(TF.RUNNER), str(mp), str(ar["arena_bytes"]),
                                                 str(Path(d) / "h.npy"), str(Path(d) / "s.npy")],
                                                "*MicroInterpreter::Invoke*", 20)
-            (Path(d) / "gx_text_kernels.h").write_text(KERNELS.read_text())
+            write_headers(d, TEXT_HEADERS)
             (Path(d) / "tables.h").write_text(c_array("int16_t", "exp_lut", q["const"]["exp_lut"])
                                               + c_array("int16_t", "recip_lut", q["const"]["recip_lut"]))
             (Path(d) / "chain.c").write_text(chain_c(q))
@@ -317,14 +288,3 @@ def baseline(q, out_dir) -> dict:
         "in this build), rounding to int16 between each op, i.e. other arithmetic than our fused integer one." % (", ".join(cannot) or "none"))
     return res
 
-
-CHAIN_RUN = r"""
-import sys, numpy as np
-from tflite_micro import runtime
-ip = runtime.Interpreter.from_bytes(open(sys.argv[1], 'rb').read(), arena_size=int(sys.argv[2]))
-h, s = np.load(sys.argv[3]), np.load(sys.argv[4])
-for i in range(len(h)):
-    ip.set_input(h[i:i + 1], 0)
-    ip.set_input(s[i], 1)
-    ip.invoke()
-"""

@@ -7,7 +7,7 @@ per answer. The same sources build on the host (stdin/stdout), which the tests u
     lines = run_prompt_mode(exe, ["12+7=", "3+4="])   # parsed GRPO_EDGE lines
 
 Layout: firmware/CMakeLists.txt, sdkconfig.defaults, main/{text_app.c,h, main_idf.c, <p>_text.c,h,
-gx_text_kernels.h, <p>_testvec.c, grpo_text_model.h, CMakeLists.txt}, host/host_main.c.
+gx_fixedpoint.h, gx_text_kernels.h, <p>_testvec.c, grpo_text_model.h, CMakeLists.txt}, host/host_main.c.
 """
 import re
 import shutil

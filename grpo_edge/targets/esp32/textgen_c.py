@@ -16,23 +16,17 @@ Weights and tables are `static const` (flash, memory-mapped on the ESP32); the K
 activations are one static int16 arena (the plan is in the header).
 """
 from pathlib import Path
-import re
 
 import numpy as np
 
-from grpo_edge.errors import TargetError
 from grpo_edge.report import atomic_write_text
 
-KERNELS = Path(__file__).resolve().parent / "csrc" / "gx_text_kernels.h"
+from .cc import CSRC, TEXT_HEADERS, check_prefix, write_headers  # noqa: F401  (check_prefix: textgen_s2s's)
+
+KERNELS = CSRC / "gx_text_kernels.h"
 ERRORS = [("TOO_LONG", -1, "prompt longer than the model's context"),
           ("VOCAB", -2, "prompt has a character outside the vocabulary (or invalid UTF-8)"),
           ("SPACE", -3, "answer buffer too small"), ("ARG", -4, "null prompt or answer, or max_len < 1")]
-
-
-def check_prefix(prefix: str) -> str:
-    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,31}$", prefix or ""):
-        raise TargetError("prefix must be a C identifier of at most 32 characters, got %r" % (prefix,))
-    return prefix
 
 
 def c_array(ctype, name, arr, per_line=24) -> str:
@@ -229,7 +223,7 @@ static int step(int token, int pos, int want_logits)
     int16_t *x = A_X, *h = A_H, *q = A_Q, *y = A_Y;
     int i, l, hh;
     for (i = 0; i < %(D)d; ++i)
-        x[i] = gxt_sat16((int32_t)tok16[(long)token * %(D)d + i] + (int32_t)pos16[(long)pos * %(D)d + i]);
+        x[i] = gx_sat16((int32_t)tok16[(long)token * %(D)d + i] + (int32_t)pos16[(long)pos * %(D)d + i]);
     for (l = 0; l < %(L)d; ++l) {
         const layer_t *ly = &layers[l];
         int16_t *kc = A_KCACHE + (long)l * %(T)d * %(D)d, *vc = A_VCACHE + (long)l * %(T)d * %(D)d;
@@ -252,7 +246,7 @@ static int step(int token, int pos, int want_logits)
     if (!want_logits) return -1;
     ln(&lnf, x, %(D)d, h);
     fc(&head, h, A_LOGITS);
-    %(p)s_logit_hash = gxt_fnv1a(%(p)s_logit_hash, A_LOGITS, (int)(%(V)d * sizeof(int16_t)));
+    %(p)s_logit_hash = gx_fnv1a(%(p)s_logit_hash, A_LOGITS, (int)(%(V)d * sizeof(int16_t)));
     return gxt_argmax16(A_LOGITS, %(V)d);
 }
 
@@ -336,8 +330,7 @@ def write(gen, out_dir, prefix) -> dict:
     model of either kind: text_model.write_c."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    h, c, k = out / ("%s_text.h" % prefix), out / ("%s_text.c" % prefix), out / KERNELS.name
+    h, c = out / ("%s_text.h" % prefix), out / ("%s_text.c" % prefix)
     atomic_write_text(h, gen["header"])
     atomic_write_text(c, gen["source"])
-    atomic_write_text(k, KERNELS.read_text())
-    return {"header": h, "source": c, "kernels": k, "arena": gen["arena"]}
+    return {"header": h, "source": c, "kernels": write_headers(out, TEXT_HEADERS), "arena": gen["arena"]}

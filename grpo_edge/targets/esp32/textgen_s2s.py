@@ -107,7 +107,7 @@ static void encoder(const int16_t *ids)
     n_src = n;
     for (j = 0; j < n; ++j)
         for (i = 0; i < %(D)d; ++i)
-            A_EX[j * %(D)d + i] = gxt_sat16((int32_t)tok16e[(long)ids[s + j] * %(D)d + i]
+            A_EX[j * %(D)d + i] = gx_sat16((int32_t)tok16e[(long)ids[s + j] * %(D)d + i]
                                             + (int32_t)src_pos16[(s + j) * %(D)d + i]);
     for (l = 0; l < %(L)d; ++l) {
         const enc_t *e = &enc[l];
@@ -141,7 +141,7 @@ static int step(int token, int t)
     int16_t *x = A_X, *h = A_H;
     int i, l;
     for (i = 0; i < %(D)d; ++i)
-        x[i] = gxt_sat16((int32_t)tok16[(long)token * %(D)d + i] + (int32_t)tgt_pos16[(long)t * %(D)d + i]);
+        x[i] = gx_sat16((int32_t)tok16[(long)token * %(D)d + i] + (int32_t)tgt_pos16[(long)t * %(D)d + i]);
     for (l = 0; l < %(L)d; ++l) {
         const dec_t *d = &dec[l];
         int16_t *kc = A_KCACHE + (long)l * %(T)d * %(D)d, *vc = A_VCACHE + (long)l * %(T)d * %(D)d;
@@ -164,7 +164,7 @@ static int step(int token, int t)
     }
     ln(&lnf, x, %(D)d, h);
     fc(&head, h, A_LOGITS);
-    %(p)s_logit_hash = gxt_fnv1a(%(p)s_logit_hash, A_LOGITS, (int)(%(V)d * sizeof(int16_t)));
+    %(p)s_logit_hash = gx_fnv1a(%(p)s_logit_hash, A_LOGITS, (int)(%(V)d * sizeof(int16_t)));
     return gxt_argmax16(A_LOGITS, %(V)d);
 }
 

@@ -8,7 +8,6 @@ rv32:  riscv64-unknown-elf-gcc -march=rv32imc (the ESP32-C3's ISA) builds the sa
        unicorn runs <prefix>_prefill / <prefix>_decode directly and counts instructions exactly (prefill
        and each decode step separately).
 """
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,10 +17,9 @@ import numpy as np
 from grpo_edge.errors import TargetError
 
 from . import rv32
+from .cc import CFLAGS, SANITIZE, gcc, sanitizers_available  # noqa: F401  (CFLAGS: the text report's figures)
 from .text_model import run_prompts, write_c
 
-CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 
 def harness_c(prefix) -> str:
@@ -65,24 +63,6 @@ int main(int argc, char **argv)
     return 0;
 }
 """ % {"p": p, "P": P}
-
-
-def gcc() -> str:
-    cc = shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        raise TargetError("host C compiler (gcc) not found: install gcc to simulate the generated C")
-    return cc
-
-
-def sanitizers_available() -> bool:
-    """True when gcc links an -fsanitize=address,undefined program here."""
-    with tempfile.TemporaryDirectory(prefix="gxsan_") as d:
-        src = Path(d) / "t.c"
-        src.write_text("int main(void){return 0;}\n")
-        r = subprocess.run([gcc()] + SANITIZE + ["-o", str(Path(d) / "t"), str(src)], capture_output=True)
-        if r.returncode != 0:
-            return False
-        return subprocess.run([str(Path(d) / "t")], capture_output=True).returncode == 0
 
 
 def build_host(q, prefix, workdir, opt="-O2", sanitize=False) -> Path:
@@ -164,90 +144,32 @@ void *memcpy(void *d, const void *s, size_t n) { unsigned char *p = (unsigned ch
 
 
 def build_rv32(q, prefix, workdir) -> Path:
-    if shutil.which(rv32.CROSS) is None:
-        raise TargetError(rv32.missing_reason())
     work = Path(workdir)
     files = write_c(q, work, prefix)
     (work / "rv_libc.c").write_text(RV_MAIN)
-    elf = work / (prefix + "_text_rv32.elf")
-    cmd = ([rv32.CROSS] + rv32.RV_FLAGS + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s_prefill" % prefix,
-                                           "-Wl,-Ttext=0x%x" % rv32.TEXT_BASE, "-I", str(work), "-o", str(elf),
-                                           str(files["source"]), str(work / "rv_libc.c"), "-lgcc"])
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise TargetError("rv32 cross-compile of the text C failed: %s" % (r.stderr.strip().splitlines() or ["?"])[0])
-    return elf
+    return rv32.cross_compile([files["source"], work / "rv_libc.c"], work / (prefix + "_text_rv32.elf"),
+                              prefix + "_prefill", work)
 
 
-class TextMachine:
+class TextMachine(rv32.Program):
     """The rv32 ELF in unicorn: prefill(ids) and decode(token, pos) with exact instruction counts."""
 
     def __init__(self, elf_path, prefix, first_pos):
-        from elftools.elf.elffile import ELFFile
-        from unicorn import UC_ARCH_RISCV, UC_MODE_RISCV32, Uc
-        from .rv32 import load_segments
-        self.uc = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
-        with open(elf_path, "rb") as f:
-            elf = ELFFile(f)
-            load_segments(self.uc, elf)
-            syms = elf.get_section_by_name(".symtab")
-            self.sym = {n: syms.get_symbol_by_name(prefix + n)[0]["st_value"]
-                        for n in ("_prefill", "_decode", "_logits", "_logit_hash")}
-            gp = syms.get_symbol_by_name("__global_pointer$")
-            self.gp = gp[0]["st_value"] if gp else 0
-        self.first_pos = first_pos
-        self.uc.mem_map(rv32.IO_BASE, 0x1000)
-        self.uc.mem_map(rv32.STACK_TOP - rv32.STACK_SIZE, rv32.STACK_SIZE)
-        self.uc.mem_map(rv32.SENTINEL, 0x1000)
-        self._blocks, self.count, self.stack = {}, 0, 0
-
-    def _count_block(self, uc, addr, size, _):
-        n = self._blocks.get((addr, size))
-        if n is None:
-            code = bytes(uc.mem_read(addr, size))
-            n, i = 0, 0
-            while i < size:
-                i += 4 if (code[i] & 3) == 3 else 2
-                n += 1
-            self._blocks[(addr, size)] = n
-        self.count += n
-
-    def call(self, name, a0=0, a1=0, count=True):
-        from unicorn import UC_HOOK_BLOCK
-        from unicorn.riscv_const import (UC_RISCV_REG_A0, UC_RISCV_REG_A1, UC_RISCV_REG_GP, UC_RISCV_REG_RA,
-                                         UC_RISCV_REG_SP)
-        uc = self.uc
-        uc.mem_write(rv32.STACK_TOP - rv32.STACK_SIZE, bytes([rv32.STACK_FILL]) * rv32.STACK_SIZE)
-        for reg, v in ((UC_RISCV_REG_SP, rv32.STACK_TOP - 16), (UC_RISCV_REG_RA, rv32.SENTINEL),
-                       (UC_RISCV_REG_GP, self.gp), (UC_RISCV_REG_A0, a0 & 0xFFFFFFFF), (UC_RISCV_REG_A1, a1)):
-            uc.reg_write(reg, v)
-        self.count = 0
-        h = uc.hook_add(UC_HOOK_BLOCK, self._count_block) if count else None
-        try:
-            uc.emu_start(self.sym[name], rv32.SENTINEL, timeout=0, count=0)
-        except Exception as e:  # noqa: BLE001 - unicorn raises UcError
-            raise TargetError("rv32 simulation of %s faulted: %s" % (name, e))
-        finally:
-            if h is not None:
-                uc.hook_del(h)
-        st = bytes(uc.mem_read(rv32.STACK_TOP - rv32.STACK_SIZE, rv32.STACK_SIZE))
-        self.stack = max(self.stack, rv32.STACK_SIZE - next((i for i, b in enumerate(st) if b != rv32.STACK_FILL),
-                                                            rv32.STACK_SIZE))
-        v = uc.reg_read(UC_RISCV_REG_A0)
-        return (v - (1 << 32) if v >= (1 << 31) else v), self.count
+        self.prefix, self.first_pos = prefix, first_pos
+        super().__init__(elf_path, [prefix + n for n in ("_prefill", "_decode", "_logits", "_logit_hash")])
 
     def generate(self, ids, max_new):
         """ids (input_len,) -> (tokens up to and with EOS, logit hash, prefill instructions, [decode instructions])."""
         self.uc.mem_write(rv32.IO_BASE, np.asarray(ids, "<i2").tobytes())
-        tok, n_pre = self.call("_prefill", rv32.IO_BASE)
+        tok, n_pre = self.call(self.prefix + "_prefill", rv32.IO_BASE)
         toks, dec = [tok], []
         for s in range(max_new - 1):
             if tok == 2:
                 break
-            tok, n = self.call("_decode", tok, self.first_pos + s)
+            tok, n = self.call(self.prefix + "_decode", tok, self.first_pos + s)
             toks.append(tok)
             dec.append(n)
-        h = int.from_bytes(bytes(self.uc.mem_read(self.sym["_logit_hash"], 4)), "little")
+        h = int.from_bytes(bytes(self.uc.mem_read(self.addr[self.prefix + "_logit_hash"], 4)), "little")
         return toks, h, n_pre, dec
 
 

@@ -280,32 +280,11 @@ def to_tflm_input(graph, x_int8):
     return x.transpose(0, 2, 3, 1) if x.ndim == 4 else x
 
 
-RUNNER = r"""
-import sys, numpy as np
-from tflite_micro import runtime
-model = open(sys.argv[1], 'rb').read()
-arena = int(sys.argv[2])
-ip = runtime.Interpreter.from_bytes(model, arena_size=arena)
-if len(sys.argv) > 3:
-    x = np.load(sys.argv[3])
-    outs = []
-    for i in range(len(x)):
-        ip.set_input(x[i:i + 1], 0)
-        ip.invoke()
-        outs.append(np.array(ip.get_output(0)).reshape(-1))
-    np.save(sys.argv[4], np.stack(outs))
-else:
-    d = ip.get_input_details(0)
-    ip.set_input(np.zeros(d['shape'], dtype=d['dtype']), 0)
-    ip.invoke()
-    ip.print_allocations()
-"""
+RUNNER = Path(__file__).resolve().parent / "tflm_run.py"      # the one TFLM runner (a script: own process)
 
 
 def _runner(work):
-    p = Path(work) / "tflm_runner.py"
-    p.write_text(RUNNER)
-    return p
+    return RUNNER
 
 
 def _try_arena(model_path, runner, arena) -> (bool, str):
@@ -350,7 +329,7 @@ def run(model_path, x_tflm, work, arena) -> np.ndarray:
     runner = _runner(work)
     xin, yout = Path(work) / "tflm_in.npy", Path(work) / "tflm_out.npy"
     np.save(xin, x_tflm)
-    r = subprocess.run([sys.executable, str(runner), str(model_path), str(arena), str(xin), str(yout)],
+    r = subprocess.run([sys.executable, str(runner), str(model_path), str(arena), str(xin), "--out", str(yout)],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise TargetError("TFLM run failed: %s" % ((r.stderr.strip().splitlines() or ["?"])[-1]))
@@ -386,8 +365,8 @@ def tflm_callgrind(model_path, x_tflm, work, arena, n_calls) -> float:
     runner = _runner(work)
     xin, yout = Path(work) / "cg_in.npy", Path(work) / "cg_out.npy"
     np.save(xin, x_tflm[:n_calls])
-    return callgrind_instructions([sys.executable, str(runner), str(model_path), str(arena), str(xin), str(yout)],
-                                  "*MicroInterpreter::Invoke*", n_calls)
+    return callgrind_instructions([sys.executable, str(runner), str(model_path), str(arena), str(xin), "--out",
+                                   str(yout)], "*MicroInterpreter::Invoke*", n_calls)
 
 
 def tflm_env_note() -> str:

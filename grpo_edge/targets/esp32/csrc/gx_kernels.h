@@ -16,61 +16,7 @@
 #define GX_KERNELS_H
 
 #include <stdint.h>
-
-/* Every kernel is inlined at its call site: the generated invoke() passes `static const` params
- * structs, so the compiler sees each op's shapes and offsets as constants (loop bounds, strides)
- * as if the kernel had been written for that op. Define GX_INLINE as `static inline` to keep one
- * out-of-line copy per kernel instead (less code, more instructions per MAC). */
-#ifndef GX_INLINE
-#if defined(__GNUC__)
-#define GX_INLINE static inline __attribute__((always_inline))
-#else
-#define GX_INLINE static inline
-#endif
-#endif
-
-/* ------------------------------------------------------------------ fixed point (TFLite rules) */
-
-/* SaturatingRoundingDoublingHighMul: TFLite's (ab + nudge) / 2^31 with nudge = 2^30 for ab >= 0 and
- * 1 - 2^30 below, truncating toward zero. For ab < 0 that truncation is a ceiling, and
- * ceil((ab + 1 - 2^30) / 2^31) = floor((ab + 2^30) / 2^31), so both signs are one arithmetic shift
- * (>> on a negative int64 is arithmetic in gcc and clang, like the int32 ones below). */
-GX_INLINE int32_t gx_srdhm(int32_t a, int32_t b)
-{
-    if (a == b && a == INT32_MIN) return INT32_MAX;
-    return (int32_t)(((int64_t)a * (int64_t)b + ((int64_t)1 << 30)) >> 31);
-}
-
-/* RoundingDivideByPOT: x / 2^e rounding half away from zero. */
-GX_INLINE int32_t gx_rdbpot(int32_t x, int e)
-{
-    const int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
-    const int32_t rem = x & mask;
-    const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
-    return (x >> e) + (rem > thr ? 1 : 0);   /* >> on a negative int32 is arithmetic (gcc) */
-}
-
-/* gx_rdbpot for 0 <= e <= 31 (every requantization shift): the mask in 32 bits. */
-GX_INLINE int32_t gx_rdbpot31(int32_t x, int e)
-{
-    const int32_t mask = (int32_t)((1u << e) - 1u);
-    const int32_t rem = x & mask;
-    const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
-    return (x >> e) + (rem > thr ? 1 : 0);
-}
-
-/* MultiplyByQuantizedMultiplier, double rounding (TFLM default); shift in [-31, 31]. */
-GX_INLINE int32_t gx_mbqm(int32_t x, int32_t m, int shift)
-{
-    const int left = shift > 0 ? shift : 0;
-    const int right = shift > 0 ? 0 : -shift;
-    return gx_rdbpot31(gx_srdhm((int32_t)((uint32_t)x << left), m), right);
-}
-
-GX_INLINE int32_t gx_clamp(int32_t v, int32_t lo, int32_t hi)
-{
-    return v < lo ? lo : (v > hi ? hi : v);
-}
+#include "gx_fixedpoint.h"     /* GX_INLINE, requantization, saturation */
 
 /* Per-output-channel requantization: out = clamp(mbqm(acc, mult[c], shift[c]) + out_offset). */
 typedef struct {

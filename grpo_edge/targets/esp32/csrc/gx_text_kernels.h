@@ -8,54 +8,14 @@
 #define GX_TEXT_KERNELS_H
 
 #include <stdint.h>
-
-/* SaturatingRoundingDoublingHighMul (gemmlowp / TFLite). */
-static inline int32_t gxt_srdhm(int32_t a, int32_t b)
-{
-    int64_t ab, nudge;
-    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
-    ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
-}
-
-/* RoundingDivideByPOT: x / 2^e, rounded half away from zero. */
-static inline int32_t gxt_rdbpot(int32_t x, int e)
-{
-    int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
-    int32_t rem = x & mask;
-    int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
-    return (x >> e) + (rem > thr ? 1 : 0);
-}
-
-/* MultiplyByQuantizedMultiplier, double rounding (TFLM default). */
-static inline int32_t gxt_mbqm(int32_t x, int32_t m, int shift)
-{
-    int left = shift > 0 ? shift : 0;
-    int right = shift > 0 ? 0 : -shift;
-    return gxt_rdbpot(gxt_srdhm((int32_t)((uint32_t)x << left), m), right);
-}
-
-/* MultiplyByQuantizedMultiplier for an int64 accumulator (TFLite, 16x8 kernels with int64 acc). */
-static inline int32_t gxt_mbqm64(int64_t x, int32_t m, int shift)
-{
-    int32_t reduced = m < 0x7FFF0000 ? ((m + (1 << 15)) >> 16) : 0x7FFF;
-    int total = 15 - shift;
-    int64_t round = (int64_t)1 << (total - 1);
-    return (int32_t)((x * reduced + round) >> total);
-}
-
-static inline int16_t gxt_sat16(int32_t v)
-{
-    return (int16_t)(v < -32768 ? -32768 : (v > 32767 ? 32767 : v));
-}
+#include "gx_fixedpoint.h"     /* requantization, saturation, FNV-1a */
 
 /* Fully connected 16x8: y[o] = clamp(MBQM(sum_i w[o][i] x[i] + b[o], m[o], s[o]), lo, hi).
  * Two output rows share each load of x, four inputs per iteration (about 4 rv32 instructions per MAC
  * instead of 7). The int32 sums are exact in any order: the generator proves they cannot overflow. */
 static inline int16_t gxt_requant16(int32_t acc, int32_t m, int s, int32_t lo, int32_t hi)
 {
-    int32_t v = gxt_mbqm(acc, m, s);
+    int32_t v = gx_mbqm(acc, m, s);
     return (int16_t)(v < lo ? lo : (v > hi ? hi : v));
 }
 
@@ -124,13 +84,13 @@ static inline void gxt_softmax16(const int16_t *x, int n, int32_t m, int s, cons
     int64_t round;
     for (c = 1; c < n; ++c) if (x[c] > mx) mx = x[c];
     for (c = 0; c < n; ++c) {
-        int32_t scaled = gxt_mbqm((int32_t)x[c] - (int32_t)mx, m, s);
-        out[c] = gxt_lut16(gxt_sat16(scaled + 32767), exp_lut);
+        int32_t scaled = gx_mbqm((int32_t)x[c] - (int32_t)mx, m, s);
+        out[c] = gxt_lut16(gx_sat16(scaled + 32767), exp_lut);
         sum += out[c];
     }
     hp1 = gxt_clz32((uint32_t)sum);
     shifted = (int32_t)((((int64_t)sum << (hp1 - 1)) + (1 << 13)) >> 14);
-    recip = gxt_lut16(gxt_sat16(shifted - ((1 << 15) + (1 << 16))), recip_lut);
+    recip = gxt_lut16(gx_sat16(shifted - ((1 << 15) + (1 << 16))), recip_lut);
     rs = 31 - hp1;
     round = (int64_t)1 << (rs - 1);
     for (c = 0; c < n; ++c) {
@@ -179,7 +139,7 @@ static inline void gxt_layernorm16(const int16_t *x, int d, const int32_t *m, co
     for (i = 0; i < d; ++i) {
         int32_t e = (int32_t)x[i] - mean;
         int32_t n = (int32_t)(((int64_t)e * inv + (1 << 17)) >> 18);
-        y[i] = gxt_sat16(gxt_mbqm(n, m[i], s[i]) + beta[i]);
+        y[i] = gx_sat16(gx_mbqm(n, m[i], s[i]) + beta[i]);
     }
 }
 
@@ -187,7 +147,7 @@ static inline void gxt_layernorm16(const int16_t *x, int d, const int32_t *m, co
 static inline void gxt_add16(int16_t *y, const int16_t *a, int n)
 {
     int i;
-    for (i = 0; i < n; ++i) y[i] = gxt_sat16((int32_t)y[i] + (int32_t)a[i]);
+    for (i = 0; i < n; ++i) y[i] = gx_sat16((int32_t)y[i] + (int32_t)a[i]);
 }
 
 /* One head of attention over n cached positions (cache rows `stride` int16 apart):
@@ -204,14 +164,14 @@ static inline void gxt_attend16(const int16_t *q, const int16_t *kc, const int16
         int64_t acc = 0;
         int32_t v;
         for (j = 0; j < hd; ++j) acc += (int32_t)q[j] * (int32_t)kr[j];
-        v = gxt_mbqm64(acc, sc_m, sc_s);
-        scratch[t] = (mask && mask[t]) ? (int16_t)-32768 : gxt_sat16(v);
+        v = gx_mbqm64(acc, sc_m, sc_s);
+        scratch[t] = (mask && mask[t]) ? (int16_t)-32768 : gx_sat16(v);
     }
     gxt_softmax16(scratch, n, sm_m, sm_s, exp_lut, recip_lut, scratch);
     for (j = 0; j < hd; ++j) {
         int32_t acc = 0;
         for (t = 0; t < n; ++t) acc += (int32_t)scratch[t] * (int32_t)vc[(long)t * stride + j];
-        y[j] = gxt_sat16(gxt_mbqm(acc, y_m, y_s));
+        y[j] = gx_sat16(gx_mbqm(acc, y_m, y_s));
     }
 }
 
@@ -221,18 +181,6 @@ static inline int gxt_argmax16(const int16_t *x, int n)
     int i, best = 0;
     for (i = 1; i < n; ++i) if (x[i] > x[best]) best = i;
     return best;
-}
-
-/* FNV-1a over bytes (test vectors, logit hashes). */
-static inline uint32_t gxt_fnv1a(uint32_t h, const void *data, int n)
-{
-    const uint8_t *p = (const uint8_t *)data;
-    int i;
-    for (i = 0; i < n; ++i) {
-        h ^= p[i];
-        h *= 16777619u;
-    }
-    return h;
 }
 
 #endif /* GX_TEXT_KERNELS_H */
