@@ -6,7 +6,8 @@
 
 For a refactor of the ESP32 compiler (issue 27): `git worktree` checks out --old into a temporary folder,
 and each checkpoint is deployed by that checkout and by this one (a fresh interpreter each, PYTHONPATH set to
-the checkout), TFLM comparisons off (they do not depend on our C). Compared: the test-vector checksum of the
+the checkout; run it where the checkpoints' own modules import, e.g. a text task's reward module), TFLM
+comparisons off (they do not depend on our C). Compared: the test-vector checksum of the
 firmware (vector models: FNV-1a of the reference outputs), host and rv32 bit-exactness, the integer model's
 metric, and the instruction, flash and arena figures. Prints a Markdown table; exit 1 when an output differs.
 """
@@ -31,7 +32,7 @@ def deploy(code, checkpoint, target, out):
     env = dict(os.environ, PYTHONPATH=str(code))
     cmd = [sys.executable, "-m", "grpo_edge.cli.main", "deploy", "--target", target, "--checkpoint", str(checkpoint),
            "--out", str(out), "--option", "tflm=false"]
-    r = subprocess.run(cmd, cwd=str(code), env=env, capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)   # here: the user's modules import
     if r.returncode != 0:
         raise SystemExit("deploy failed (%s, %s): %s" % (code, checkpoint, r.stderr.strip()[-500:]))
     rep = json.loads((Path(out) / "report.json").read_text())

@@ -58,3 +58,17 @@ def slow_opt_in(reason):
 @pytest.fixture
 def root():
     return ROOT
+
+
+def cli_in(cwd, *args):
+    """`grpo-edge ARGS` as a user runs it in their project folder: a fresh process, their modules beside them."""
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], capture_output=True,
+                          text=True, cwd=str(cwd), timeout=600)
+
+
+def one_error_line(r):
+    """The one `error:` line of a refused command (exit 2; device and note lines aside)."""
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]

@@ -11,6 +11,7 @@ import pytest
 
 from grpo_edge.targets.esp32 import codegen, rv32, simulate
 from grpo_edge.targets.esp32 import reference as R
+from grpo_edge.targets.esp32.ops import OPS
 from grpo_edge.targets.esp32.int16_ref import SIGMOID_TABLE_UINT16, tanh_params
 
 FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
@@ -99,7 +100,7 @@ def test_conv_kernel_alone_matches_reference(tmp_path):
         calls.append("    { static int8_t y[%d]; static int8_t scratch[GX_CONV_SCRATCH(%d, %d, %d) + 1];\n"
                      "      gx_conv(&p%d, x%d, y, scratch); for (i = 0; i < %d; ++i) printf(\"%%d \", y[i]); }\n"
                      % (OC * OH * OW, C // p["group"], KH, KW, k, k, OC * OH * OW))
-        want.append(R.conv2d(x, p).reshape(-1))
+        want.append(OPS["conv"].reference(x, p).reshape(-1))
     body += "int main(void)\n{\n    int i;\n" + "".join(calls) + "    return 0;\n}\n"
     for opt in ("-O2", "-O0"):
         assert np.array_equal(_compile_run(tmp_path, "conv", body, opt), np.concatenate(want))
@@ -125,7 +126,7 @@ def test_fc_kernel_alone_matches_reference(tmp_path):
                     p["activation_min"], p["activation_max"]))
         calls.append("    { static int8_t y[%d]; gx_fc(&p%d, x%d, y); for (i = 0; i < %d; ++i) printf(\"%%d \", y[i]); }\n"
                      % (n_out, k, k, n_out))
-        want.append(R.fully_connected(x, p).reshape(-1))
+        want.append(OPS["fc"].reference(x, p).reshape(-1))
     body += "int main(void)\n{\n    int i;\n" + "".join(calls) + "    return 0;\n}\n"
     for opt in ("-O2", "-O0"):
         assert np.array_equal(_compile_run(tmp_path, "fc", body, opt), np.concatenate(want))
@@ -148,7 +149,7 @@ def test_16x8_kernels_alone_match_reference(tmp_path):
                  % (k, n_in, n_out, k, k, k, k))
         calls.append("    { static int16_t y[%d]; gx_fc16(&p%d, x%d, y); for (i = 0; i < %d; ++i) printf(\"%%d \", y[i]); }\n"
                      % (n_out, k, k, n_out))
-        want.append(R.fully_connected16(x, p).reshape(-1))
+        want.append(OPS["fc16"].reference(x, p).reshape(-1))
     every = np.arange(-32768, 32768).astype(np.int16).reshape(1, -1)
     body += _arr("int16_t", "every", every)
     for k, scale in enumerate([2.0 ** -12, 2.0 ** -10, 3.2e-5, 8.0]):
@@ -160,6 +161,6 @@ def test_16x8_kernels_alone_match_reference(tmp_path):
         body += "static const gx_tanh16_t t%d = {%d, %d, %d, %d, sig};\n" % (k, every.size, m, ls, wide)
         calls.append("    { static int16_t y[%d]; gx_tanh16(&t%d, every, y); for (i = 0; i < %d; ++i) printf(\"%%d \", y[i]); }\n"
                      % (every.size, k, every.size))
-        want.append(R.tanh16(every, tp).reshape(-1))
+        want.append(OPS["tanh16"].reference(every, tp).reshape(-1))
     body += "int main(void)\n{\n    int i;\n" + "".join(calls) + "    return 0;\n}\n"
     assert np.array_equal(_compile_run(tmp_path, "k16", body), np.concatenate(want))

@@ -2,7 +2,6 @@
 (module:Id), a grpo-edge Task class (module:Class, with task.kwargs). Each is used as a user would: the CLI
 in a fresh process, run in their project folder with their module beside it; bad input is one line."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,8 @@ from grpo_edge.errors import CheckpointError, ConfigError
 from grpo_edge.tasks import get_task, task_from_state
 from grpo_edge.tasks.bandit import BanditTask
 from grpo_edge.training_run import GRPOTrainer
+
+from conftest import cli_in, one_error_line
 
 OWN_ENV = '''
 import gymnasium as gym
@@ -134,18 +135,6 @@ class BadLabels(Loudest):
 '''
 
 
-def own_cli(cwd, *args):
-    """The CLI as a user runs it in their project folder (a fresh process; their module beside them)."""
-    return subprocess.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], capture_output=True,
-                          text=True, cwd=str(cwd), timeout=600)
-
-
-def one_error_line(r):
-    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    return lines[0]
-
-
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     (tmp_path / "mygrid.py").write_text(OWN_ENV)
@@ -159,45 +148,45 @@ def project(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["mygrid:GridWorld", "mygrid:GridWorld-v0"])
 def test_own_env_class_or_id_trains_evaluates_and_deploys(project, name):
     run = ["--set", "training.steps=4", "--set", "training.eval_n=4", "--quiet"]
-    r = own_cli(project, "train", "--set", "task.name=%s" % name, "--save-dir", "run", *run)
+    r = cli_in(project, "train", "--set", "task.name=%s" % name, "--save-dir", "run", *run)
     assert r.returncode == 0, r.stderr
-    r = own_cli(project, "eval", "run/best.pt", "--n", "3", "--json")
+    r = cli_in(project, "eval", "run/best.pt", "--n", "3", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["n"] == 3
-    r = own_cli(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
+    r = cli_in(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
                 "tflm=false", "--option", "callgrind=false")
     assert r.returncode == 0, r.stderr
     f = json.loads((project / "esp" / "report.json").read_text())["figures"]
     assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True
     prefix = "mygrid_gridworld_v0" if name.endswith("-v0") else "mygrid_gridworld"
     assert list(project.joinpath("esp").rglob(prefix + "_model.h"))
-    r = own_cli(project, "deploy", "--target", "rpi4", "--checkpoint", "run/best.pt", "--out", "pi")
+    r = cli_in(project, "deploy", "--target", "rpi4", "--checkpoint", "run/best.pt", "--out", "pi")
     assert r.returncode == 0, r.stderr
     assert json.loads((project / "pi" / "report.json").read_text())["figures"]["int8_metric_retention"]["value"] > 0.5
 
 
 def test_own_task_class_with_kwargs_trains_evaluates_and_deploys(project):
-    r = own_cli(project, "train", "--set", "task.name=mytasks:Loudest", "--set", 'task.kwargs={"n": 600}',
+    r = cli_in(project, "train", "--set", "task.name=mytasks:Loudest", "--set", 'task.kwargs={"n": 600}',
                 "--set", "training.steps=150", "--save-dir", "run", "--quiet")
     assert r.returncode == 0, r.stderr
     state = torch.load(str(project / "run" / "best.pt"), weights_only=True)
     assert state["task_class"] == "mytasks:Loudest" and state["task"] == "loudest"   # name from the class
-    r = own_cli(project, "eval", "run/best.pt", "--json")
+    r = cli_in(project, "eval", "run/best.pt", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["n"] == 120 and res["accuracy"] > 0.5          # kwargs n=600 -> 120 test inputs; chance is 0.25
     (project / "elsewhere").mkdir()
-    r = own_cli(project / "elsewhere", "eval", "../run/best.pt")
+    r = cli_in(project / "elsewhere", "eval", "../run/best.pt")
     assert ("error: cannot rebuild task 'mytasks:Loudest' from the checkpoint (cannot import module 'mytasks' for "
             "'mytasks:Loudest': ModuleNotFoundError: No module named 'mytasks' (run where it is importable: the "
             "folder holding mytasks.py, or with its package installed))") == one_error_line(r)
-    r = own_cli(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
+    r = cli_in(project, "deploy", "--target", "esp32c3", "--checkpoint", "run/best.pt", "--out", "esp", "--option",
                 "tflm=false", "--option", "callgrind=false")
     assert r.returncode == 0, r.stderr
     f = json.loads((project / "esp" / "report.json").read_text())["figures"]
     assert f["host_bit_exact"]["value"] is True and f["rv32_bit_exact"]["value"] is True
     assert list(project.joinpath("esp").rglob("loudest_model.h"))
-    r = own_cli(project, "deploy", "--target", "rpi4", "--checkpoint", "run/best.pt", "--out", "pi")
+    r = cli_in(project, "deploy", "--target", "rpi4", "--checkpoint", "run/best.pt", "--out", "pi")
     assert r.returncode == 0, r.stderr
     assert (project / "pi" / "model.int8.onnx").exists() and (project / "pi" / "runner.py").exists()
 
@@ -226,7 +215,7 @@ def test_own_task_class_with_kwargs_trains_evaluates_and_deploys(project):
 ])
 def test_own_code_bad_input_is_one_line_and_writes_nothing(project, sets, message):
     args = sum([["--set", s] for s in sets], [])
-    r = own_cli(project, "train", "--save-dir", "run", "--quiet", "--set", "training.steps=2", *args)
+    r = cli_in(project, "train", "--save-dir", "run", "--quiet", "--set", "training.steps=2", *args)
     assert message in one_error_line(r)
     assert not (project / "run").exists()
 
@@ -234,7 +223,7 @@ def test_own_code_bad_input_is_one_line_and_writes_nothing(project, sets, messag
 def test_a_failed_start_in_an_existing_folder_leaves_the_folder(project):
     (project / "run").mkdir()
     (project / "run" / "notes.txt").write_text("mine")
-    r = own_cli(project, "train", "--save-dir", "run", "--quiet", "--set", "task.name=mygrid:LateFailure")
+    r = cli_in(project, "train", "--save-dir", "run", "--quiet", "--set", "task.name=mygrid:LateFailure")
     assert "battery low" in one_error_line(r)
     assert sorted(p.name for p in (project / "run").iterdir()) == ["notes.txt"]
 
@@ -291,7 +280,7 @@ def test_a_task_class_that_raises_is_one_line(project):
     (project / "failing_task.py").write_text(
         "from mytasks import Loudest\n\nclass NoData(Loudest):\n    def load(self):\n"
         "        return open('missing.csv').read()\n")
-    r = own_cli(project, "train", "--save-dir", "run", "--quiet", "--set", "task.name=failing_task:NoData")
+    r = cli_in(project, "train", "--save-dir", "run", "--quiet", "--set", "task.name=failing_task:NoData")
     assert "error: task failing_task:NoData could not be built: FileNotFoundError: [Errno 2] No such file or " \
            "directory: 'missing.csv'" in one_error_line(r)
 
@@ -314,13 +303,13 @@ def test_own_task_doc_examples_train_and_evaluate(tmp_path, name, sets, metric, 
     for fname, text in doc_files().items():
         (tmp_path / fname).write_text(text)
     config = ["--config", "arithmetic.yaml"] if name.startswith("my_text") else []
-    r = own_cli(tmp_path, "train", *config, "--set", "task.name=" + name, *sum([["--set", s] for s in sets], []),
+    r = cli_in(tmp_path, "train", *config, "--set", "task.name=" + name, *sum([["--set", s] for s in sets], []),
                 "--save-dir", "run", "--quiet")
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     if above is not None:
         assert summary["best_" + metric] > above, summary
-    r = own_cli(tmp_path, "eval", "run/best.pt", "--n", "8", "--json")
+    r = cli_in(tmp_path, "eval", "run/best.pt", "--n", "8", "--json")
     assert r.returncode == 0, r.stderr
     assert metric in json.loads(r.stdout)
 

@@ -1,7 +1,6 @@
 """Task `text`: the user's own text data (JSONL, CSV, TSV in TRL's column names), trained, evaluated and
 rebuilt from its checkpoint with the checkpoint's vocabulary; bad files are one line naming file and line."""
 import json
-import subprocess
 import sys
 
 import pytest
@@ -10,6 +9,8 @@ import torch
 from grpo_edge.errors import ConfigError, GrpoEdgeError
 from grpo_edge.tasks import get_task, task_from_state
 from grpo_edge.training_run import GRPOTrainer
+
+from conftest import cli_in, one_error_line
 
 WORDS = ["ab", "ba", "abc", "cab", "bca", "cc", "acb", "bb", "aab", "cba", "bac", "ca"]
 
@@ -21,17 +22,6 @@ def write_jsonl(path, rows):
 
 def reverse_rows(words=WORDS, ref="answer"):
     return [{"prompt": w + ">", ref: w[::-1], "length": len(w)} for w in words]
-
-
-def cli(cwd, *args):
-    return subprocess.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], capture_output=True,
-                          text=True, cwd=str(cwd), timeout=600)
-
-
-def one_error_line(r):
-    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    return lines[0]
 
 
 def test_jsonl_records_become_problems_with_their_other_columns(tmp_path):
@@ -115,13 +105,13 @@ def test_trains_and_rebuilds_with_the_checkpoints_vocabulary(tmp_path, arch, pad
 
 def test_cli_trains_on_a_jsonl_file_and_evaluates(tmp_path):
     write_jsonl(tmp_path / "d.jsonl", reverse_rows())
-    r = cli(tmp_path, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set", "training.steps=2",
+    r = cli_in(tmp_path, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set", "training.steps=2",
             "--set", "training.warm_start_epochs=1", "--set", "model.d_model=32", "--save-dir", "run", "--quiet")
     assert r.returncode == 0, r.stderr
-    r = cli(tmp_path, "eval", "run/best.pt", "--json")
+    r = cli_in(tmp_path, "eval", "run/best.pt", "--json")
     assert r.returncode == 0, r.stderr
     assert set(json.loads(r.stdout)) >= {"exact_match", "chrf", "reward", "n"}
-    r = cli(tmp_path, "train", "--set", "task.name=text", "--data-path", "missing.jsonl", "--save-dir", "r2")
+    r = cli_in(tmp_path, "train", "--set", "task.name=text", "--data-path", "missing.jsonl", "--save-dir", "r2")
     assert "error: --data-path missing.jsonl does not exist" == one_error_line(r)
     assert not (tmp_path / "r2").exists()
 
@@ -228,15 +218,15 @@ def test_your_rewards_replace_the_recipes(rewards_module):
 
 
 def test_per_reward_mean_and_std_are_logged_and_a_failing_reward_is_one_line(rewards_module):
-    data = write_jsonl(rewards_module / "d.jsonl", reverse_rows())
-    r = cli(rewards_module, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set",
+    write_jsonl(rewards_module / "d.jsonl", reverse_rows())
+    r = cli_in(rewards_module, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set",
             "task.rewards={my_rewards:reversed_ok: 1.0, my_rewards:long_only: 0.5}", "--set", "training.steps=2",
             "--set", "training.warm_start_epochs=0", "--set", "model.d_model=32", "--save-dir", "run", "--quiet")
     assert r.returncode == 0, r.stderr
     m = json.loads((rewards_module / "run" / "metrics.jsonl").read_text().splitlines()[-1])
     for name in ("my_rewards:reversed_ok", "my_rewards:long_only"):
         assert 0.0 <= m["rewards/%s/mean" % name] <= 1.0 and m["rewards/%s/std" % name] >= 0.0
-    r = cli(rewards_module, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set",
+    r = cli_in(rewards_module, "train", "--set", "task.name=text", "--data-path", "d.jsonl", "--set",
             "task.rewards={my_rewards:raises_later: 1.0}", "--set", "training.steps=2", "--set",
             "training.warm_start_epochs=0", "--set", "model.d_model=32", "--save-dir", "r2", "--quiet")
     assert one_error_line(r).startswith("error: reward 'my_rewards:raises_later' raised KeyError: 'score' on prompt=")
@@ -293,6 +283,6 @@ def test_the_docs_reward_examples_pass_their_checks_and_score(tmp_path, monkeypa
 
 def test_cli_bad_data_file_is_one_line_and_writes_nothing(tmp_path):
     (tmp_path / "d.csv").write_text("prompt,answer\na>,b\nc>,d,e\n", encoding="utf-8")
-    r = cli(tmp_path, "train", "--data-path", "d.csv", "--save-dir", "run")
+    r = cli_in(tmp_path, "train", "--data-path", "d.csv", "--save-dir", "run")
     assert one_error_line(r) == "error: d.csv:3: 3 fields, the header has 2 (prompt, answer)"
     assert not (tmp_path / "run").exists()

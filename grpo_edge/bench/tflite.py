@@ -30,7 +30,7 @@ import numpy as np
 
 from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_bytes
-from grpo_edge.targets.esp32.tflm import _nhwc
+from grpo_edge.targets.esp32.tflm import nhwc
 
 _ACT = {"Relu": "RELU", "Tanh": "TANH", "Sigmoid": "LOGISTIC"}
 _SPATIAL = ("Conv", "Add", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten",
@@ -135,7 +135,7 @@ class _Converter(object):
         if len(inp["shape"]) == 4 and not self.int8:
             if not all(isinstance(d, int) and d > 0 for d in inp["shape"][1:]):
                 raise ExportError("%s: input %r has a non-fixed image shape %s" % (path, x_name, inp["shape"]))
-            in_shape = _nhwc([1] + list(inp["shape"][1:]))
+            in_shape = nhwc([1] + list(inp["shape"][1:]))
         x_float = me.Tensor(shape=in_shape, dtype=tfl.TensorType.FLOAT32, name=x_name)
         self.sg.tensors.append(x_float)
         self.sg.inputs = [x_float]

@@ -130,25 +130,24 @@ FLOAT32_MAX = 3.4028234663852886e38
 
 
 @functools.lru_cache(maxsize=256)
-def takes_batch(fn) -> bool:
-    """True for TRL's form (a parameter named prompts or completions), False for fn(completion, reference, prompt)."""
+def _parameters(fn):
+    """fn's parameters {name: Parameter}, or {} when Python cannot tell (a builtin)."""
     import inspect
     try:
-        params = inspect.signature(fn).parameters
+        return dict(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
-        return False
+        return {}
+
+
+def takes_batch(fn) -> bool:
+    """True for TRL's form (a parameter named prompts or completions), False for fn(completion, reference, prompt)."""
+    params = _parameters(fn)
     return "completions" in params or "prompts" in params
 
 
-@functools.lru_cache(maxsize=256)
 def _named_per_sample(fn) -> bool:
     """True when fn's parameters are all named completion, reference or prompt (so they go by name)."""
-    import inspect
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    names = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    names = [n for n, p in _parameters(fn).items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     return bool(names) and set(names) <= {"completion", "reference", "prompt"}
 
 

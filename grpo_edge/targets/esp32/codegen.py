@@ -18,7 +18,6 @@ from typing import Dict
 
 import numpy as np
 
-from grpo_edge.errors import ExportError
 from grpo_edge.report import atomic_write_text
 
 from . import planner as P
@@ -52,7 +51,8 @@ def stamp(graph, what: str) -> str:
             % (what, tool_version(), TOOL, graph.model_hash or "unknown", rules))
 
 
-def _array(ctype, name, values, per_line=16) -> str:
+def c_array(ctype, name, values, per_line=16) -> str:
+    """A `static const` C array of integers (INT32_MIN written so that C99 accepts it)."""
     vals = [str(int(v)) for v in np.asarray(values).reshape(-1)]
     if ctype == "int32_t":
         vals = [("(-2147483647 - 1)" if v == "-2147483648" else v) for v in vals]
@@ -67,13 +67,13 @@ MARK = "#ifndef GX_MARK\n#define GX_MARK(i) ((void)0)\n#endif\n"
 KERNEL_HEADERS = VECTOR_HEADERS
 
 
-def _struct(ctype, name, fields) -> str:
+def c_struct(ctype, name, fields) -> str:
     """A `static const` params struct with designated initializers, one field per line."""
     body = ",\n".join("    .%s = %s" % (k, v) for k, v in fields)
     return "static const %s %s = {\n%s\n};\n" % (ctype, name, body)
 
 
-def _requant(p, i, a, channels_out_offset=True) -> str:
+def c_requant(p, i, a, channels_out_offset=True) -> str:
     """gx_requant_t initializer of op i (arrays <p>_b<i>, <p>_m<i>, <p>_s<i>)."""
     return ("{ %s_b%d, %s_m%d, %s_s%d, %d, %d, %d }"
             % (p, i, p, i, p, i, a.get("output_offset", 0) if channels_out_offset else 0,
@@ -110,150 +110,23 @@ class _Emitter:
         return "%s_arena.bytes + %d" % (self.p, self.plan.buffers["scratch%d" % i].offset)
 
     def emit(self, i, op):
-        if op.kind == "reshape":
-            return
+        """Op i's data and call, from its module in ops/ (nothing for an op that moves no data)."""
+        from .ops import OPS
+        mark = len(self.data)
         self.data.append("/* op %d: %s %s -> %s */" % (i, op.kind, _c_comment(op.name),
                                                       list(self.g.tensors[op.output].shape)))
-        call = getattr(self, "k_" + op.kind)(i, op, "%s_op%d" % (self.p, i))
+        call = OPS[op.kind].emit(self, i, op, "%s_op%d" % (self.p, i))
+        if call is None:
+            del self.data[mark:]
+            return
         self.calls.append(_mark(i) + "    %s;" % call)
 
     def arrays(self, i, a, weights, bias):
         p = self.p
-        self.data.append(_array("int8_t", "%s_w%d" % (p, i), weights))
-        self.data.append(_array("int32_t", "%s_b%d" % (p, i), bias))
-        self.data.append(_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
-        self.data.append(_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
-
-    # -- int8 kernels (gx_kernels.h)
-    def k_fc(self, i, op, name):
-        a, p = op.attrs, self.p
-        w = a["weights"].astype(np.int64)
-        OUT, IN = w.shape
-        bias = a["bias"].astype(np.int64)
-        folded = bias + a["input_offset"] * w.sum(axis=1)
-        fold = int(np.abs(bias).max(initial=0)) + 2 * 128 * 128 * IN < INT32_MAX
-        self.arrays(i, a, a["weights"], folded if fold else bias)
-        self.data.append(_struct("gx_fc_t", name, [
-            ("n_in", IN), ("n_out", OUT), ("in_offset", 0 if fold else a["input_offset"]),
-            ("weights", "%s_w%d" % (p, i)), ("q", _requant(p, i, a))]))
-        return "gx_fc(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
-
-    def k_conv(self, i, op, name):
-        """Conv / depthwise / grouped conv, NCHW; input_offset folded into the bias:
-        acc = (bias + input_offset * sum(w)) + sum(w * x), padded taps reading the input zero point."""
-        a, p = op.attrs, self.p
-        w = a["weights"]
-        OC, CG, KH, KW = w.shape
-        _, C, H, W = self.g.tensors[op.inputs[0]].shape
-        _, _, OH, OW = self.g.tensors[op.output].shape
-        bias = a["bias"].astype(np.int64)
-        folded = bias + a["input_offset"] * w.reshape(OC, -1).astype(np.int64).sum(axis=1)
-        if int(np.abs(bias).max(initial=0)) + 2 * 128 * 128 * CG * KH * KW >= INT32_MAX:
-            raise ExportError("%s: accumulator could overflow int32 (%d taps)" % (op.name, CG * KH * KW))
-        self.arrays(i, a, w, folded)
-        self.data.append(_struct("gx_conv_t", name, [
-            ("c", C), ("h", H), ("w", W), ("oc", OC), ("oh", OH), ("ow", OW), ("kh", KH), ("kw", KW),
-            ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("dh", a["dilations"][0]), ("dw", a["dilations"][1]),
-            ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]), ("groups", a["group"]),
-            ("pad_value", -a["input_offset"]), ("weights", "%s_w%d" % (p, i)), ("q", _requant(p, i, a))]))
-        scratch = self.scratch(i) if "scratch%d" % i in self.plan.buffers else "0"
-        return "gx_conv(&%s, %s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output), scratch)
-
-    def k_add(self, i, op, name):
-        a, p = op.attrs, self.p
-        args = []
-        for t in op.inputs:
-            if t in a["constants"]:
-                full = np.broadcast_to(a["constants"][t], self.g.tensors[op.output].shape)
-                self.data.append(_array("int8_t", "%s_c%d" % (p, i), full))
-                args.append("%s_c%d" % (p, i))
-            else:
-                args.append(self.ptr(t))
-        self.data.append(_struct("gx_add_t", name, [
-            ("n", self.g.tensors[op.output].size), ("in1_offset", a["input1_offset"]),
-            ("in2_offset", a["input2_offset"]), ("left_shift", a["left_shift"]),
-            ("in1_mult", a["input1_multiplier"]), ("in2_mult", a["input2_multiplier"]),
-            ("out_mult", a["output_multiplier"]), ("in1_shift", a["input1_shift"]), ("in2_shift", a["input2_shift"]),
-            ("out_shift", a["output_shift"]), ("out_offset", a["output_offset"]),
-            ("act_min", a["activation_min"]), ("act_max", a["activation_max"])]))
-        return "gx_add(&%s, %s, %s, %s)" % (name, args[0], args[1], self.ptr(op.output))
-
-    def k_lut(self, i, op, name):
-        p = self.p
-        self.data.append("/* %s as a 256-entry table */\n" % op.attrs["function"]
-                         + _array("int8_t", "%s_t%d" % (p, i), op.attrs["table"]))
-        return "gx_lut(%s_t%d, %d, %s, %s)" % (p, i, self.g.tensors[op.output].size, self.ptr(op.inputs[0]),
-                                              self.ptr(op.output))
-
-    def _pool(self, i, op, name, mode, extra, lo, hi):
-        a = op.attrs
-        _, C, H, W = self.g.tensors[op.inputs[0]].shape
-        _, _, OH, OW = self.g.tensors[op.output].shape
-        self.data.append(_struct("gx_pool_t", name, [
-            ("c", C), ("h", H), ("w", W), ("oh", OH), ("ow", OW), ("kh", a["kernel"][0]), ("kw", a["kernel"][1]),
-            ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]),
-            ("mode", mode)] + extra + [("act_min", lo), ("act_max", hi)]))
-        return "gx_pool(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
-
-    def k_maxpool(self, i, op, name):
-        a = op.attrs
-        return self._pool(i, op, name, "GX_POOL_MAX", [], a["activation_min"], a["activation_max"])
-
-    def k_avgpool(self, i, op, name):
-        a = op.attrs
-        lo, hi = max(-128, a["activation_min"]), min(127, a["activation_max"])
-        if a["mode"] == "round_div":
-            return self._pool(i, op, name, "GX_POOL_AVG_ROUND", [], lo, hi)
-        # MEAN int8: (sum - zp_in * count) * multiplier (1/count folded in) + zp_out.
-        extra = [("mean_mult", a["mean_multiplier"]), ("mean_shift", a["mean_shift"]),
-                 ("mean_sub", a["input_zero_point"] * a["count"]), ("out_offset", a["output_offset"])]
-        return self._pool(i, op, name, "GX_POOL_MEAN", extra, lo, hi)
-
-    def k_argmax(self, i, op, name):
-        x = self.g.tensors[op.inputs[0]]
-        fn = "gx_argmax16" if x.dtype == "int16" else "gx_argmax"
-        return "%s(%d, %s, %s)" % (fn, x.size, self.ptr(op.inputs[0]), self.ptr(op.output))
-
-    def k_softmax(self, i, op, name):
-        a = op.attrs
-        shape = self.g.tensors[op.output].shape
-        n = shape[-1]
-        tfl = bool(a["tflite_output"])
-        self.data.append(_struct("gx_softmax_t", name, [
-            ("rows", int(np.prod(shape)) // n), ("n", n), ("diff_min", a["diff_min"]),
-            ("input_mult", a["input_multiplier"]), ("input_left_shift", a["input_left_shift"]),
-            ("tflite_output", int(tfl)), ("out_mult", 0 if tfl else a["output_multiplier"]),
-            ("out_shift", 0 if tfl else a["output_shift"]), ("out_offset", 0 if tfl else a["output_offset"])]))
-        return "gx_softmax(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
-
-    # -- 16x8 kernels (gx_kernels16.h; int16 activations, zero points 0)
-    def k_fc16(self, i, op, name):
-        """int16 x int8 with an int32 bias and accumulator (to_16x8 proved it cannot overflow; checked
-        again here for hand-made graphs), double-rounding requantization, clamp; no offsets."""
-        a, p = op.attrs, self.p
-        w = a["weights"].astype(np.int64)
-        OUT, IN = w.shape
-        bound = int(np.abs(a["bias"].astype(np.int64)).max(initial=0)) + 32768 * int(np.abs(w).sum(axis=1).max(initial=0))
-        if bound > INT32_MAX:
-            raise ExportError("%s: int16 x int8 accumulator could overflow int32 (%d inputs)" % (op.name, IN))
-        self.arrays(i, a, a["weights"], a["bias"])
-        self.data.append(_struct("gx_fc16_t", name, [
-            ("n_in", IN), ("n_out", OUT), ("weights", "%s_w%d" % (p, i)), ("q", _requant(p, i, a, False))]))
-        return "gx_fc16(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
-
-    def k_tanh16(self, i, op, name):
-        """TFLM's int16 tanh: the power-of-two case (input_multiplier 0) becomes multiplier 3 << shift,
-        shift 0; the rescale runs in int32 when 32768 * multiplier + rounding provably fits (wide = 0),
-        else in int64 clamped to +-65535 (wide = 1)."""
-        m, ls = int(op.attrs["input_multiplier"]), int(op.attrs["input_left_shift"])
-        if m == 0:
-            m, ls = 3 << ls, 0
-        rnd = (1 << (ls - 1)) if ls > 0 else 0
-        self.data.append(_struct("gx_tanh16_t", name, [
-            ("n", self.g.tensors[op.output].size), ("mult", m), ("left_shift", ls),
-            ("wide", int(32768 * m + rnd > INT32_MAX)), ("table", "%s_sigmoid16" % self.p)]))
-        return "gx_tanh16(&%s, %s, %s)" % (name, self.ptr(op.inputs[0]), self.ptr(op.output))
-
+        self.data.append(c_array("int8_t", "%s_w%d" % (p, i), weights))
+        self.data.append(c_array("int32_t", "%s_b%d" % (p, i), bias))
+        self.data.append(c_array("int32_t", "%s_m%d" % (p, i), a["multiplier"]))
+        self.data.append(c_array("int8_t", "%s_s%d" % (p, i), a["shift"]))
 
 def _flt(x) -> str:
     return repr(float(np.float32(x))) if np.isfinite(x) else "0.0"
@@ -300,7 +173,7 @@ def generate(graph, prefix: str) -> Generated:
            MARK]
     if any(op.kind == "tanh16" for op in graph.ops):
         src.append("/* TFLite's sigmoid_table_uint16: sigmoid(i / 24) in 0.16 fixed point, tuned for interpolation. */\n"
-                   + _array("uint16_t", "%s_sigmoid16" % prefix, SIGMOID_TABLE_UINT16))
+                   + c_array("uint16_t", "%s_sigmoid16" % prefix, SIGMOID_TABLE_UINT16))
     src += e.data
     src += (["int %s_invoke(const %s *in, %s *out)\n{" % (prefix, tin.ctype, tout.ctype)] + e.calls +
             ["    GX_MARK(%d);\n    return 0;\n}\n" % len(graph.ops)])

@@ -47,7 +47,6 @@ SIGMOID_TABLE_UINT16 = np.array([
     65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535], dtype=np.uint32)
 
 TANH_OUTPUT_SCALE = 2.0 ** -15
-INT16_KINDS = ("fc16", "tanh16", "reshape", "argmax")
 INT32_MAX = (1 << 31) - 1
 
 
@@ -98,6 +97,7 @@ def fully_connected16(x, p):
 
 def to_16x8(g) -> None:
     """Turn a parsed graph with int16 activations into 16x8 ops in place, or fail naming the op."""
+    from .ops import OPS
     int8_ok = {op.output for op in g.ops if op.kind == "argmax"}
     int8_ok |= {n for op in g.ops for n in op.attrs.get("constants", {})}
     for name, t in g.tensors.items():
@@ -115,7 +115,7 @@ def to_16x8(g) -> None:
                                   % (op.name, y.scale, y.zero_point))
             op.kind = "tanh16"
             op.attrs = tanh_params(x.scale)
-        elif op.kind not in INT16_KINDS:
+        elif not OPS[op.kind].int16:
             what = op.attrs.get("function", op.kind) if op.kind == "lut" else op.kind
             raise ExportError("op %s at node %r has no int16 (16x8) kernel here; with int16 activations the generator "
                               "supports fully connected, tanh, reshape/flatten and argmax (use int8 activations for "

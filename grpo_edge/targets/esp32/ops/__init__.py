@@ -1,0 +1,47 @@
+"""The ESP32 compiler's ops, one module each: the one registry (OPS) that the reference interpreter
+(reference.run), the C generator (codegen), the 16x8 conversion (int16_ref), the TFLite Micro baseline (tflm)
+and the per-op figures walk.
+
+Each op module holds, for its kinds (int8 and 16x8 side by side):
+  reference(*inputs, attrs) -> output      NumPy integers, TFLite's rules bit for bit (the oracle)
+  emit(em, i, op, name) -> C call or None  its constant data into em.data (codegen._Emitter), the kernel call
+                                           (the kernel itself is C in csrc/gx_kernels*.h)
+  tflm(b, i, op)                           the TFLite operators for the baseline (tflm._Builder)
+  macs(op, tensors) -> int                 multiply-accumulates (or elementwise work) per inference
+  int16                                    True when the 16x8 path (int16 activations) has the kind
+Shape preparation (parse.py -> attrs) stays in the ONNX front end for now.
+
+Adding an op: its module here (listed in MODULES), its kernel in csrc/gx_kernels.h (or gx_kernels16.h),
+its parse rule in parse.py, and its tests (reference vs onnxruntime or TFLM; C vs reference on host and
+rv32). docs/architecture.md has the worked steps.
+"""
+
+
+class OpSpec(object):
+    """What one op kind brings: see the module docstring."""
+
+    def __init__(self, kind, reference, emit, tflm, macs, int16=False):
+        self.kind, self.reference, self.emit, self.tflm, self.macs, self.int16 = kind, reference, emit, tflm, macs, int16
+
+    def __repr__(self):
+        return "OpSpec(%r)" % self.kind
+
+
+def elementwise_macs(op, tensors):
+    """One unit of work per output element (activations, adds, pools)."""
+    return int(tensors[op.output].size)
+
+
+MODULES = ("fully_connected", "conv", "add", "lut", "pool", "argmax", "softmax", "reshape")
+
+
+def _registry():
+    import importlib
+    out = {}
+    for name in MODULES:
+        for spec in importlib.import_module("%s.%s" % (__name__, name)).SPECS:
+            out[spec.kind] = spec
+    return out
+
+
+OPS = _registry()

@@ -1,0 +1,64 @@
+"""Elementwise ADD, int8, with TFLite's rescaling (add_common.cc).
+
+NumPy reference, C emission (gx_add; a constant operand as a full-shape array), TFLite Micro mapping
+(ADD), MACs (one per output element).
+"""
+import numpy as np
+
+from ..codegen import c_array, c_struct
+from ..reference import check_int32, clamp8, i64, mbqm, wrap_int32
+from . import OpSpec, elementwise_macs
+
+
+def reference(a, b, p):
+    """ADD int8 (add_common.cc): inputs shifted left by 20, rescaled to 2*max(s1, s2), summed, rescaled.
+
+    b may be broadcast (numpy rules), e.g. a constant per-feature vector.
+    """
+    a1 = wrap_int32((i64(a) + p["input1_offset"]) << p["left_shift"])
+    b1 = wrap_int32((i64(b) + p["input2_offset"]) << p["left_shift"])
+    s1 = mbqm(a1, p["input1_multiplier"], p["input1_shift"])
+    s2 = mbqm(b1, p["input2_multiplier"], p["input2_shift"])
+    raw = check_int32(s1 + s2, "add sum")
+    out = mbqm(raw, p["output_multiplier"], p["output_shift"]) + p["output_offset"]
+    return clamp8(out, p["activation_min"], p["activation_max"])
+
+
+def emit(em, i, op, name):
+    a, p = op.attrs, em.p
+    args = []
+    for t in op.inputs:
+        if t in a["constants"]:
+            full = np.broadcast_to(a["constants"][t], em.g.tensors[op.output].shape)
+            em.data.append(c_array("int8_t", "%s_c%d" % (p, i), full))
+            args.append("%s_c%d" % (p, i))
+        else:
+            args.append(em.ptr(t))
+    em.data.append(c_struct("gx_add_t", name, [
+        ("n", em.g.tensors[op.output].size), ("in1_offset", a["input1_offset"]),
+        ("in2_offset", a["input2_offset"]), ("left_shift", a["left_shift"]),
+        ("in1_mult", a["input1_multiplier"]), ("in2_mult", a["input2_multiplier"]),
+        ("out_mult", a["output_multiplier"]), ("in1_shift", a["input1_shift"]), ("in2_shift", a["input2_shift"]),
+        ("out_shift", a["output_shift"]), ("out_offset", a["output_offset"]),
+        ("act_min", a["activation_min"]), ("act_max", a["activation_max"])]))
+    return "gx_add(&%s, %s, %s, %s)" % (name, args[0], args[1], em.ptr(op.output))
+
+
+def tflm(b, i, op):
+    """ADD; a constant operand becomes a full-shape int8 tensor in TFLite layout."""
+    tfl, a, out = b.tfl, op.attrs, b.g.tensors[op.output]
+    ins = []
+    for t in op.inputs:
+        if t in a["constants"]:
+            full = np.broadcast_to(a["constants"][t], out.shape)
+            full = full.transpose(0, 2, 3, 1) if full.ndim == 4 else full
+            sc, zp = a["constant_quant"][t]
+            tt = b.const(np.ascontiguousarray(full).astype(np.int8), t, tfl.TensorType.INT8)
+            tt.quantization = b.me.Quantization(scales=[float(sc)], zero_points=[int(zp)])
+            ins.append(tt)
+        else:
+            ins.append(b.act(t))
+    b.op(tfl.BuiltinOperator.ADD, ins, [b.act(op.output)], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
+
+
+SPECS = [OpSpec("add", reference, emit, tflm, elementwise_macs)]

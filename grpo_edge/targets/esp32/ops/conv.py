@@ -1,0 +1,103 @@
+"""2-D convolution (grouped and depthwise included), int8.
+
+NumPy reference (TFLite integer_ops/conv.h, depthwise_conv.h), C emission (gx_conv), TFLite Micro
+mapping (CONV_2D / DEPTHWISE_CONV_2D, an explicit PAD when needed), MACs.
+"""
+import numpy as np
+
+from grpo_edge.errors import ExportError, TargetError
+
+from ..codegen import INT32_MAX, c_requant, c_struct
+from ..reference import i64, requantize
+from . import OpSpec
+
+
+def reference(x, p):
+    """x (B, C, H, W) int8, weights (OC, C/group, KH, KW) -> (B, OC, OH, OW).
+
+    Grouped convolution covers depthwise (group == C). Taps in the padding are skipped, which is
+    the same as x == -input_offset there, so the input is padded with that value.
+    """
+    B, C, H, W = x.shape
+    w = i64(p["weights"])
+    OC, Cg, KH, KW = w.shape
+    sh, sw = p["strides"]
+    dh, dw = p["dilations"]
+    pt, pl, pb, pr = p["pads"]
+    G = p["group"]
+    xo = np.zeros((B, C, H + pt + pb, W + pl + pr), dtype=np.int64)
+    xo[:, :, pt:pt + H, pl:pl + W] = i64(x) + p["input_offset"]
+    OH = (H + pt + pb - dh * (KH - 1) - 1) // sh + 1
+    OW = (W + pl + pr - dw * (KW - 1) - 1) // sw + 1
+    # patches (B, C, OH, OW, KH, KW)
+    patches = np.empty((B, C, OH, OW, KH, KW), dtype=np.int64)
+    for ky in range(KH):
+        for kx in range(KW):
+            y0, x0 = ky * dh, kx * dw
+            patches[:, :, :, :, ky, kx] = xo[:, :, y0:y0 + sh * (OH - 1) + 1:sh, x0:x0 + sw * (OW - 1) + 1:sw]
+    OCg = OC // G
+    acc = np.empty((B, OC, OH, OW), dtype=np.int64)
+    for g in range(G):
+        pg = patches[:, g * Cg:(g + 1) * Cg]                  # (B, Cg, OH, OW, KH, KW)
+        wg = w[g * OCg:(g + 1) * OCg]                         # (OCg, Cg, KH, KW)
+        acc[:, g * OCg:(g + 1) * OCg] = np.einsum("bcyxij,ocij->boyx", pg, wg)
+    acc += i64(p["bias"]).reshape(1, OC, 1, 1)
+    return requantize(acc, p, 1)
+
+
+def emit(em, i, op, name):
+    """Conv / depthwise / grouped conv, NCHW; input_offset folded into the bias:
+    acc = (bias + input_offset * sum(w)) + sum(w * x), padded taps reading the input zero point."""
+    a, p = op.attrs, em.p
+    w = a["weights"]
+    OC, CG, KH, KW = w.shape
+    _, C, H, W = em.g.tensors[op.inputs[0]].shape
+    _, _, OH, OW = em.g.tensors[op.output].shape
+    bias = a["bias"].astype(np.int64)
+    folded = bias + a["input_offset"] * w.reshape(OC, -1).astype(np.int64).sum(axis=1)
+    if int(np.abs(bias).max(initial=0)) + 2 * 128 * 128 * CG * KH * KW >= INT32_MAX:
+        raise ExportError("%s: accumulator could overflow int32 (%d taps)" % (op.name, CG * KH * KW))
+    em.arrays(i, a, w, folded)
+    em.data.append(c_struct("gx_conv_t", name, [
+        ("c", C), ("h", H), ("w", W), ("oc", OC), ("oh", OH), ("ow", OW), ("kh", KH), ("kw", KW),
+        ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("dh", a["dilations"][0]), ("dw", a["dilations"][1]),
+        ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]), ("groups", a["group"]),
+        ("pad_value", -a["input_offset"]), ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
+    scratch = em.scratch(i) if "scratch%d" % i in em.plan.buffers else "0"
+    return "gx_conv(&%s, %s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output), scratch)
+
+
+def tflm(b, i, op):
+    """CONV_2D or DEPTHWISE_CONV_2D (weights to TFLite layout), with an explicit PAD when needed."""
+    tfl, B, I8, a = b.tfl, b.tfl.BuiltinOperator, b.tfl.TensorType.INT8, op.attrs
+    x = op.inputs[0]
+    w = a["weights"]
+    OC, CG, KH, KW = w.shape
+    C, H, W = b.g.tensors[x].shape[1:]
+    pad = b.padding(a, (H, W), b.g.tensors[op.output].shape[2:], (KH, KW), op.name)
+    xin = b.act(x)
+    if pad is None:
+        xin = b.explicit_pad(i, x, a["pads"])
+        pad = tfl.Padding.VALID
+    bt = b.bias(i, op)
+    sh, sw = a["strides"]
+    dh, dw = a["dilations"]
+    if a["group"] == 1:
+        wt = b.const(w.transpose(0, 2, 3, 1), "w%d" % i, I8, a["weight_scales"], 0)
+        b.op(B.CONV_2D, [xin, wt, bt], [b.act(op.output)], tfl.BuiltinOptions.Conv2DOptions,
+                tfl.Conv2DOptionsT(padding=pad, strideW=sw, strideH=sh, dilationWFactor=dw, dilationHFactor=dh))
+    elif a["group"] == C and CG == 1:
+        wt = b.const(w.transpose(1, 2, 3, 0), "w%d" % i, I8, a["weight_scales"], 3)
+        b.op(B.DEPTHWISE_CONV_2D, [xin, wt, bt], [b.act(op.output)],
+                tfl.BuiltinOptions.DepthwiseConv2DOptions,
+                tfl.DepthwiseConv2DOptionsT(padding=pad, strideW=sw, strideH=sh, depthMultiplier=OC // C,
+                                            dilationWFactor=dw, dilationHFactor=dh))
+    else:
+        raise TargetError("TFLM has no grouped convolution (node %r, group %d)" % (op.name, a["group"]))
+
+
+def macs(op, tensors):
+    return int(tensors[op.output].size * op.attrs["weights"][0].size)
+
+
+SPECS = [OpSpec("conv", reference, emit, tflm, macs)]

@@ -1,0 +1,92 @@
+"""Pooling, int8: max, average (AVERAGE_POOL_2D rounding) and MEAN (global average, any in/out params).
+
+NumPy reference, C emission (gx_pool), TFLite Micro mapping (MAX_POOL_2D, AVERAGE_POOL_2D, MEAN), MACs
+(one per output element).
+"""
+import numpy as np
+
+from grpo_edge.errors import TargetError
+
+from ..codegen import c_struct
+from ..tflm import nhwc
+from ..reference import check_int32, clamp8, i64, mbqm, pool_windows
+from . import OpSpec, elementwise_macs
+
+
+def reference_max(x, p):
+    """MAX_POOL_2D int8: max over the valid taps, then the activation clamp (same in/out params)."""
+    win, _ = pool_windows(i64(x), p, -(1 << 20))
+    return clamp8(win.max(axis=(4, 5)), p["activation_min"], p["activation_max"])
+
+
+def reference_avg(x, p):
+    """Average pooling, two rules (chosen at parse time from the quantization parameters):
+
+    - "round_div" (AVERAGE_POOL_2D int8, same in/out params): sum of raw q over valid taps,
+      divided by the tap count rounding half away from zero (C integer division).
+    - "mean" (MEAN int8, any in/out params, no padding): (sum of q - zp_in * count) times the
+      multiplier/shift from mean_params, + zp_out.
+    """
+    win, cnt = pool_windows(i64(x), p, 0)
+    acc = win.sum(axis=(4, 5))                                # (B, C, OH, OW)
+    if p["mode"] == "round_div":
+        half = cnt // 2
+        num = np.where(acc > 0, acc + half, acc - half)
+        q = np.where(num >= 0, num // cnt, -((-num) // cnt))  # truncate toward zero
+        return clamp8(q, p["activation_min"], p["activation_max"])
+    shifted = check_int32(acc - p["input_zero_point"] * p["count"], "mean sum")
+    out = mbqm(shifted, p["mean_multiplier"], p["mean_shift"]) + p["output_offset"]
+    return clamp8(out, p["activation_min"], p["activation_max"])
+
+
+def _emit_pool(em, i, op, name, mode, extra, lo, hi):
+    a = op.attrs
+    _, C, H, W = em.g.tensors[op.inputs[0]].shape
+    _, _, OH, OW = em.g.tensors[op.output].shape
+    em.data.append(c_struct("gx_pool_t", name, [
+        ("c", C), ("h", H), ("w", W), ("oh", OH), ("ow", OW), ("kh", a["kernel"][0]), ("kw", a["kernel"][1]),
+        ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]),
+        ("mode", mode)] + extra + [("act_min", lo), ("act_max", hi)]))
+    return "gx_pool(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def emit_max(em, i, op, name):
+    a = op.attrs
+    return _emit_pool(em, i, op, name, "GX_POOL_MAX", [], a["activation_min"], a["activation_max"])
+
+
+def emit_avg(em, i, op, name):
+    a = op.attrs
+    lo, hi = max(-128, a["activation_min"]), min(127, a["activation_max"])
+    if a["mode"] == "round_div":
+        return _emit_pool(em, i, op, name, "GX_POOL_AVG_ROUND", [], lo, hi)
+    # MEAN int8: (sum - zp_in * count) * multiplier (1/count folded in) + zp_out.
+    extra = [("mean_mult", a["mean_multiplier"]), ("mean_shift", a["mean_shift"]),
+             ("mean_sub", a["input_zero_point"] * a["count"]), ("out_offset", a["output_offset"])]
+    return _emit_pool(em, i, op, name, "GX_POOL_MEAN", extra, lo, hi)
+
+
+def tflm(b, i, op):
+    tfl, B, g, a = b.tfl, b.tfl.BuiltinOperator, b.g, op.attrs
+    x, out = op.inputs[0], g.tensors[op.output]
+    C, H, W = g.tensors[x].shape[1:]
+    if op.kind == "avgpool" and a["mode"] == "mean":
+        if tuple(a["kernel"]) != (H, W) or any(a["pads"]):
+            raise TargetError("TFLM has no requantizing average pool (node %r)" % op.name)
+        axis = b.const(np.array([1, 2], np.int32), "axis%d" % i, tfl.TensorType.INT32)
+        keep = len(out.shape) == 4
+        b.op(B.MEAN, [b.act(x), axis], [b.act(op.output, nhwc(out.shape) if keep else out.shape)],
+                tfl.BuiltinOptions.ReducerOptions, tfl.ReducerOptionsT(keepDims=keep))
+        return
+    pad = b.padding(a, (H, W), out.shape[2:], a["kernel"], op.name)
+    if pad is None:
+        raise TargetError("TFLM pooling needs SAME or VALID padding (node %r)" % op.name)
+    kh, kw = a["kernel"]
+    b.op(B.MAX_POOL_2D if op.kind == "maxpool" else B.AVERAGE_POOL_2D, [b.act(x)], [b.act(op.output)],
+            tfl.BuiltinOptions.Pool2DOptions,
+            tfl.Pool2DOptionsT(padding=pad, strideW=a["strides"][1], strideH=a["strides"][0],
+                               filterWidth=kw, filterHeight=kh))
+
+
+SPECS = [OpSpec("maxpool", reference_max, emit_max, tflm, elementwise_macs),
+         OpSpec("avgpool", reference_avg, emit_avg, tflm, elementwise_macs)]
