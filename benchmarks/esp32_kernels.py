@@ -18,7 +18,6 @@ Instruction counts are exact and repeatable (no timing), so one run is enough; t
 """
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,10 +26,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-MARK_H = "void gx_mark(int i);\n"
-MARK_C = "#include \"gx_mark.h\"\nvoid gx_mark(int i) { (void)i; }\n"
-
 
 def digits_default(work):
     """LiteResNet() at its defaults (seed 0, untrained) -> ONNX -> int8 QDQ calibrated on 256 digits images."""
@@ -54,51 +49,23 @@ def cartpole_16x8(work):
     return samples.build("mlp16", work)
 
 
-def build_marked(gen, work):
-    """rv32 ELF of the generated model with GX_MARK(i) -> gx_mark(i) (an empty function in its own file)."""
-    from grpo_edge.targets.esp32 import codegen, rv32
-    work = Path(work)
-    src = codegen.write(gen, work)["source"]
-    (work / "gx_mark.h").write_text(MARK_H)
-    (work / "gx_mark.c").write_text(MARK_C)   # its own translation unit: never inlined
-    elf = work / (gen.prefix + "_marked.elf")
-    cmd = ([rv32.CROSS] + rv32.RV_FLAGS + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s_invoke" % gen.prefix,
-                                           "-Wl,-Ttext=0x%x" % rv32.TEXT_BASE, "-I", str(work),
-                                           "-DGX_MARK(i)=gx_mark(i)", "-include", str(work / "gx_mark.h"),
-                                           "-o", str(elf), str(src), str(work / "gx_mark.c"), "-lgcc"])
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit("error: rv32 build failed: %s" % r.stderr.strip()[:2000])
-    return elf
-
-
 def per_op_counts(graph, gen, x_q, work):
-    """[(op index, kind, instructions)], mean over the inputs, and the outputs (bit-exactness)."""
-    from elftools.elf.elffile import ELFFile
-    from unicorn import UC_HOOK_BLOCK
-    from unicorn.riscv_const import UC_RISCV_REG_A0
+    """[(op index, kind, instructions)] (esp32/profile.py: marked build, exact counts, mean over the inputs), the
+    unmarked model's mean instructions, its outputs (bit-exactness) and its section sizes."""
     from grpo_edge.targets.esp32 import rv32
-    elf = build_marked(gen, work)
-    with open(elf, "rb") as f:
-        mark = ELFFile(f).get_section_by_name(".symtab").get_symbol_by_name("gx_mark")[0]["st_value"]
+    from grpo_edge.targets.esp32.profile import per_op_instructions
+    counts = per_op_instructions(graph, gen, x_q, work)
     tin, tout = graph.tensors[graph.input], graph.tensors[graph.output]
+    (Path(work) / "plain").mkdir(exist_ok=True)
+    elf = rv32.build(gen, Path(work) / "plain")
     m = rv32.Machine(elf, gen.prefix, tin.size, tout.size, tin.dtype, tout.dtype)
-    marks = []
-
-    def on_mark(uc, addr, size, _):
-        marks.append((uc.reg_read(UC_RISCV_REG_A0), m.count))
-    m.uc.hook_add(UC_HOOK_BLOCK, on_mark, None, mark, mark)
-    sizes = rv32.section_sizes(elf)
-    per_input, outs, totals = [], [], []
+    outs, totals = [], []
     for x in x_q:
-        marks.clear()
-        y, total, _ = m.invoke(x.reshape(-1), count=True)
+        y, n, _ = m.invoke(x.reshape(-1), count=True)
         outs.append(y)
-        totals.append(total)
-        per_input.append({i: b[1] - a[1] for a, b in zip(marks, marks[1:]) for i in [a[0]]})
-    ops = sorted(per_input[0])
-    counts = [(i, graph.ops[i].kind, float(np.mean([p[i] for p in per_input]))) for i in ops]
-    return counts, float(np.mean(totals)), np.stack(outs), sizes
+        totals.append(n)
+    return ([(i, graph.ops[i].kind, n) for i, n in counts.items()], float(np.mean(totals)), np.stack(outs),
+            rv32.section_sizes(elf))
 
 
 def op_label(graph, op):

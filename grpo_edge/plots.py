@@ -19,6 +19,11 @@ def _plt():
     return plt
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
+    return _plt()
+
+
 def save_figure_atomic(fig, path):
     path = str(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".png")

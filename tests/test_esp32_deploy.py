@@ -27,6 +27,7 @@ def test_deploy_resnet_writes_firmware_and_labelled_report(tmp_path):
         assert f["latency_s"].how == "estimated" and "Xtensa" in f["latency_s"].source and "CPI" in f["latency_s"].source
         assert f["energy_j"].how == "estimated"
         assert f["flash_bytes"].value > 2000 and f["ram_bytes"].value >= f["arena_bytes"].value
+        _check_per_op_profile(rep, tmp_path)
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["target"] == "esp32" and "firmware" in data["sections"]
     comp = tmp_path / "firmware" / "components" / "grpo_model"
@@ -36,6 +37,25 @@ def test_deploy_resnet_writes_firmware_and_labelled_report(tmp_path):
     assert (tmp_path / "firmware" / "main" / "grpo_app.c").is_file()
     assert (tmp_path / "firmware" / "sdkconfig.defaults").is_file()
     assert (tmp_path / "report.md").read_text().startswith("# ESP32 deploy")
+
+
+def _check_per_op_profile(rep, out):
+    """Every op has a row; the instructions of the ops sum to within 5% of the whole model's exact count;
+    the live arena never exceeds the arena; MACs add up to the model's; the chart is a PNG."""
+    rows, totals = rep.sections["per_op"], rep.sections["per_op_totals"]
+    kinds = [r["kind"] for r in rows]
+    assert len(rows) == len(rep.sections["model"]) and {"conv", "fc"} <= set(kinds)
+    ran = [r for r in rows if r["kind"] != "reshape"]
+    assert all(r["rv32_instructions"] > 0 for r in ran)
+    model = rep.figures["rv32_instructions_per_inference"].value
+    assert abs(totals["rv32_instructions_ops"] - model) <= 0.05 * model, (totals, model)
+    assert all(0 <= r["arena_live_bytes"] <= rep.figures["arena_bytes"].value for r in rows)
+    macs = sum(r["macs"] for r in rows if r["kind"] in ("fc", "fc16", "conv"))
+    assert macs == rep.figures["macs_per_inference"].value
+    conv = [r for r in rows if r["kind"] == "conv"]
+    assert all(r["instructions_per_mac"] is not None and r["instructions_per_mac"] < 20 for r in conv)
+    assert (out / "per_op.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## per_op" in (out / "report.md").read_text()
 
 
 def test_deploy_mlp_with_tflm_baseline(tmp_path):

@@ -26,7 +26,7 @@ CODE_PER_OP = 400                    # bytes of rv32 code per generated op (obse
 
 DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
             "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None,
-            "quantization": None, "task": None}
+            "quantization": None, "task": None, "profile": True}
 
 
 def _profile(profile):
@@ -125,6 +125,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         _ort_check(graph, src, rng, opts, rep)
     if opts["rv32"] and (rv32.available() or _require_tools()):
         _rv32_check(graph, gen, x_q, (pname, get, fsource), rep)    # 3. rv32imc instruction-level simulation
+        if opts["profile"]:
+            _per_op_profile(graph, gen, x_q, rep, out)               # 3b. where the instructions go, op by op
     elif opts["rv32"]:
         rep.notes.append("rv32 simulation skipped: %s" % rv32.missing_reason())
     if opts["tflm"] and (tflm.available() or _require_tools()):
@@ -247,6 +249,23 @@ def _rv32_check(graph, gen, x_q, prof, rep) -> None:
     rep.add("ram_bytes", gen.plan.arena_bytes + r["stack_bytes"], "B", "measured-host",
             "arena %d + measured rv32 stack %d" % (gen.plan.arena_bytes, r["stack_bytes"]))
     _estimate_latency(n, prof, rep)
+
+
+def _per_op_profile(graph, gen, x_q, rep, out) -> None:
+    """Per op: MACs, rv32 instructions, instructions per MAC, live arena, flash (esp32/profile.py); the chart."""
+    from .profile import per_op_chart, per_op_profile
+    total = rep.figures["rv32_instructions_per_inference"].value
+    prof = per_op_profile(graph, gen, x_q[:3], total)
+    rep.sections["per_op"] = prof["ops"]
+    rep.sections["per_op_totals"] = prof["totals"]
+    out.mkdir(parents=True, exist_ok=True)
+    per_op_chart(prof, out / "per_op.png", "%s: rv32imc instructions per op (exact, mean of %d inputs)"
+                 % (gen.prefix, prof["totals"]["inputs"]))
+    rep.notes.append("Per-op profile (sections per_op, per_op_totals; per_op.png): rv32imc instructions counted at "
+                     "GX_MARK(i) before each op's call, in a build with an empty gx_mark call there (the ops' sum "
+                     "leaves out invoke's entry and exit, and the calls move registers a little: it is within a few "
+                     "percent of the unmarked model's count, per_op_totals has both); arena bytes live during the "
+                     "op; flash bytes of its constant data.")
 
 
 def _estimate_latency(n_instructions, prof, rep) -> None:

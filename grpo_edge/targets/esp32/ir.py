@@ -94,13 +94,9 @@ class Op:
         return n
 
     def macs(self, tensors) -> int:
-        out = tensors[self.output]
-        if self.kind in ("fc", "fc16"):
-            return int(self.attrs["weights"].size)
-        if self.kind == "conv":
-            w = self.attrs["weights"]
-            return int(out.size * w[0].size)
-        return int(out.size)
+        """Multiply-accumulates (or elementwise work) per inference: the op's own count (ops/)."""
+        from .ops import OPS
+        return int(OPS[self.kind].macs(self, tensors))
 
 
 @dataclass

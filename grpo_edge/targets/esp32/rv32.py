@@ -44,12 +44,13 @@ def missing_reason() -> str:
     return "python packages unicorn and pyelftools are needed (pip install unicorn pyelftools)"
 
 
-def cross_compile(sources, elf, entry, include_dir) -> Path:
-    """riscv64-unknown-elf-gcc RV_FLAGS: `sources` to a bare ELF (no libc, entry `entry`) at `elf`."""
+def cross_compile(sources, elf, entry, include_dir, extra=()) -> Path:
+    """riscv64-unknown-elf-gcc RV_FLAGS (+ extra): `sources` to a bare ELF (no libc, entry `entry`) at `elf`."""
     if shutil.which(CROSS) is None:
         raise TargetError(missing_reason())
-    cmd = [CROSS] + RV_FLAGS + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s" % entry, "-Wl,-Ttext=0x%x" % TEXT_BASE,
-                                "-I", str(include_dir), "-o", str(elf)] + [str(s) for s in sources] + ["-lgcc"]
+    cmd = [CROSS] + RV_FLAGS + list(extra) + ["-nostdlib", "-nostartfiles", "-Wl,-e,%s" % entry,
+                                              "-Wl,-Ttext=0x%x" % TEXT_BASE, "-I", str(include_dir), "-o",
+                                              str(elf)] + [str(s) for s in sources] + ["-lgcc"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise TargetError("rv32 cross-compile failed: %s" % (r.stderr.strip().splitlines() or ["?"])[0])
