@@ -14,8 +14,6 @@ from .fixedpoint import (INT32_MAX, INT32_MIN, check_int32, clamp8, clamp16, f32
                          i64, mbqm, quantize_multiplier, round_f32, round_half_away,
                          rounding_divide_by_pot, srdhm, wrap_int32)
 
-_i64, _check_int32 = i64, check_int32        # the names text_ref.py still uses (issue 27, slice 4)
-
 
 def quantize(x, scale, zero_point, dtype="int8"):
     """QUANTIZE: clamp(round_half_away(x / scale) + zp) in float32 like TFLite; int8 or int16."""

@@ -24,8 +24,7 @@ Rules (TFLite's where TFLite has one):
 """
 import numpy as np
 
-from . import reference as R
-from .fixedpoint import FNV_OFFSET, fnv1a
+from .fixedpoint import FNV_OFFSET, check_int32, clamp16, fnv1a, i64, mbqm
 from .textir import EOS, PAD
 
 
@@ -34,9 +33,9 @@ from .textir import EOS, PAD
 
 def fc16(x, p):
     """x (B, IN) int16 -> (B, OUT) int16 with the params of textir.fc_params."""
-    acc = R._check_int32(R._i64(x) @ R._i64(p["w"]).T + R._i64(p["b"]), "fully connected accumulator")
-    out = R.mbqm(acc, R._i64(p["m"]).reshape(1, -1), R._i64(p["s"]).reshape(1, -1))
-    return R.clamp16(out, p["lo"], p["hi"])
+    acc = check_int32(i64(x) @ i64(p["w"]).T + i64(p["b"]), "fully connected accumulator")
+    out = mbqm(acc, i64(p["m"]).reshape(1, -1), i64(p["s"]).reshape(1, -1))
+    return clamp16(out, p["lo"], p["hi"])
 
 
 def mbqm64(x, m, shift):
@@ -44,12 +43,12 @@ def mbqm64(x, m, shift):
     m, shift = int(m), int(shift)
     reduced = ((m + (1 << 15)) >> 16) if m < 0x7FFF0000 else 0x7FFF
     total = 15 - shift
-    return (R._i64(x) * reduced + (1 << (total - 1))) >> total
+    return (i64(x) * reduced + (1 << (total - 1))) >> total
 
 
 def lut16(v, lut):
     """TFLite's int16 table lookup with linear interpolation (C int16 wrap-around emulated)."""
-    v = R._i64(v)
+    v = i64(v)
     idx = 256 + (v >> 7)
     off = v & 0x7F
     base = lut[idx].astype(np.int64)
@@ -59,19 +58,19 @@ def lut16(v, lut):
 
 
 def _wrap16(x):
-    return ((R._i64(x) + 32768) & 0xFFFF) - 32768
+    return ((i64(x) + 32768) & 0xFFFF) - 32768
 
 
 def clz32(x):
-    x = R._i64(x)
+    x = i64(x)
     return np.array([32 - int(v).bit_length() for v in x.reshape(-1)], np.int64).reshape(x.shape)
 
 
 def softmax16(x, m, s, exp_lut, recip_lut):
     """x (..., n) int16 -> Q0.15 int16 probabilities (TFLite SoftmaxInt16)."""
-    x = R._i64(x)
+    x = i64(x)
     diff = x - x.max(-1, keepdims=True)
-    scaled = R.mbqm(diff, m, s)
+    scaled = mbqm(diff, m, s)
     e = lut16(np.clip(scaled + 32767, -32768, 32767), exp_lut).astype(np.int64)
     total = e.sum(-1, keepdims=True)
     hp1 = clz32(total)
@@ -84,7 +83,7 @@ def softmax16(x, m, s, exp_lut, recip_lut):
 
 def isqrt64(v):
     """floor(sqrt(v)) of non-negative int64 values (exact)."""
-    v = R._i64(v)
+    v = i64(v)
     r = np.floor(np.sqrt(v.astype(np.float64))).astype(np.int64)
     for _ in range(2):
         r = np.where(r * r > v, r - 1, r)
@@ -94,14 +93,14 @@ def isqrt64(v):
 
 def div_round_away(a, n):
     """round(a / n) with ties away from zero, n > 0 (C: (a + n/2) / n on |a|, sign restored)."""
-    a = R._i64(a)
+    a = i64(a)
     q = (np.abs(a) + n // 2) // n
     return np.where(a < 0, -q, q)
 
 
 def layernorm16(x, p):
     """x (B, D) int16 -> (B, D) int16 (our integer layer norm, see the module docstring)."""
-    x = R._i64(x)
+    x = i64(x)
     D = x.shape[-1]
     m = div_round_away(x.sum(-1, keepdims=True), D)
     d = x - m
@@ -110,26 +109,26 @@ def layernorm16(x, p):
     s = isqrt64(var << 16)
     inv = ((np.int64(1) << 38) + (s >> 1)) // s
     n = (d * inv + (1 << 17)) >> 18
-    out = R.mbqm(n, R._i64(p["m"]).reshape(1, -1), R._i64(p["s"]).reshape(1, -1)) + R._i64(p["b"]).reshape(1, -1)
-    return R.clamp16(out)
+    out = mbqm(n, i64(p["m"]).reshape(1, -1), i64(p["s"]).reshape(1, -1)) + i64(p["b"]).reshape(1, -1)
+    return clamp16(out)
 
 
 def add16(a, b):
-    return R.clamp16(R._i64(a) + R._i64(b))
+    return clamp16(i64(a) + i64(b))
 
 
 def attention16(q, kc, vc, n, att, H, hd, tables, mask=None):
     """q (B, D) int16, kc/vc (B, H, T, hd) int16 -> (B, D) int16. mask (B, n) bool: keys to leave out
     (source pads); masked keys get the int16 minimum score before the softmax."""
     B = q.shape[0]
-    qh = R._i64(q).reshape(B, H, 1, hd)
-    acc = (qh @ R._i64(kc[:, :, :n]).transpose(0, 1, 3, 2))[:, :, 0]            # (B, H, n) int64
+    qh = i64(q).reshape(B, H, 1, hd)
+    acc = (qh @ i64(kc[:, :, :n]).transpose(0, 1, 3, 2))[:, :, 0]            # (B, H, n) int64
     sc = np.clip(mbqm64(acc, att["sc_m"], att["sc_s"]), -32768, 32767)
     if mask is not None:
         sc = np.where(mask[:, None, :n], -32768, sc)
     p = softmax16(sc, att["sm_m"], att["sm_s"], tables["exp_lut"], tables["recip_lut"]).astype(np.int64)
-    y = (p[:, :, None, :] @ R._i64(vc[:, :, :n]))[:, :, 0]                      # (B, H, hd), |y| < 2^30
-    return R.clamp16(R.mbqm(y, att["y_m"], att["y_s"])).reshape(B, H * hd)
+    y = (p[:, :, None, :] @ i64(vc[:, :, :n]))[:, :, 0]                      # (B, H, hd), |y| < 2^30
+    return clamp16(mbqm(y, att["y_m"], att["y_s"])).reshape(B, H * hd)
 
 
 def argmax16(x):

@@ -16,7 +16,7 @@ clamp of the first feed-forward FC (activation_min 0).
 import numpy as np
 
 from . import text_ref as T
-from .textir import (BOS, EOS, PAD, _ln_f, _rec, act_scale, attention_params, fc_params, float_attention,
+from .textir import (BOS, EOS, PAD, ln_f, record, act_scale, attention_params, fc_params, float_attention,
                      ln_params, softmax_tables)
 
 
@@ -38,8 +38,8 @@ def valid_span(row):
 # ----------------------------------------------------------------------------- fp32
 
 def _float_layer_ff(w, pre, x, rec, ln="ln2"):
-    h = _rec(rec, "%s.%s" % (pre, ln), _ln_f(x, w[pre + ".%s_g" % ln], w[pre + ".%s_b" % ln], 1e-5))
-    f = _rec(rec, "%s.f" % pre, np.maximum(h @ w[pre + ".fc_w"].T + w[pre + ".fc_b"], 0.0))
+    h = record(rec, "%s.%s" % (pre, ln), ln_f(x, w[pre + ".%s_g" % ln], w[pre + ".%s_b" % ln], 1e-5))
+    f = record(rec, "%s.f" % pre, np.maximum(h @ w[pre + ".fc_w"].T + w[pre + ".fc_b"], 0.0))
     return f @ w[pre + ".out_w"].T + w[pre + ".out_b"]
 
 
@@ -48,20 +48,20 @@ def float_encode(ir, src_row, rec=None):
     c, w = ir.cfg, ir.w
     s, n = valid_span(src_row)
     H, hd = c["n_head"], c["hd"]
-    x = _rec(rec, "ex", w["tok"][src_row[s:s + n]] + w["src_pos"][s:s + n])        # (n, D)
+    x = record(rec, "ex", w["tok"][src_row[s:s + n]] + w["src_pos"][s:s + n])        # (n, D)
     for i in range(c["n_layer"]):
         pre = "e%d" % i
-        h = _rec(rec, pre + ".ln1", _ln_f(x, w[pre + ".ln1_g"], w[pre + ".ln1_b"], 1e-5))
-        q = _rec(rec, pre + ".q", h @ w[pre + ".q_w"].T + w[pre + ".q_b"])
-        k = _rec(rec, pre + ".k", h @ w[pre + ".k_w"].T + w[pre + ".k_b"])
-        v = _rec(rec, pre + ".v", h @ w[pre + ".v_w"].T + w[pre + ".v_b"])
+        h = record(rec, pre + ".ln1", ln_f(x, w[pre + ".ln1_g"], w[pre + ".ln1_b"], 1e-5))
+        q = record(rec, pre + ".q", h @ w[pre + ".q_w"].T + w[pre + ".q_b"])
+        k = record(rec, pre + ".k", h @ w[pre + ".k_w"].T + w[pre + ".k_b"])
+        v = record(rec, pre + ".v", h @ w[pre + ".v_w"].T + w[pre + ".v_b"])
         kc = k.reshape(n, H, hd).transpose(1, 0, 2)[None]                             # (1, H, n, hd)
         vc = v.reshape(n, H, hd).transpose(1, 0, 2)[None]
         ys = [float_attention(q[j:j + 1], kc, vc, n, H, hd, rec, pre + ".") for j in range(n)]
-        y = _rec(rec, pre + ".y", np.concatenate(ys, 0))
-        x = _rec(rec, "ex", x + y @ w[pre + ".proj_w"].T + w[pre + ".proj_b"])
-        x = _rec(rec, "ex", x + _float_layer_ff(w, pre, x, rec))
-    return _rec(rec, "mem", _ln_f(x, w["enc_ln_g"], w["enc_ln_b"], 1e-5))
+        y = record(rec, pre + ".y", np.concatenate(ys, 0))
+        x = record(rec, "ex", x + y @ w[pre + ".proj_w"].T + w[pre + ".proj_b"])
+        x = record(rec, "ex", x + _float_layer_ff(w, pre, x, rec))
+    return record(rec, "mem", ln_f(x, w["enc_ln_g"], w["enc_ln_b"], 1e-5))
 
 
 def float_generate_s2s(ir, ids, rec=None):
@@ -74,30 +74,30 @@ def float_generate_s2s(ir, ids, rec=None):
         n = mem.shape[0]
         xk, xv = [], []
         for i in range(c["n_layer"]):
-            k = _rec(rec, "%d.xk" % i, mem @ w["%d.xk_w" % i].T + w["%d.xk_b" % i])
-            v = _rec(rec, "%d.xv" % i, mem @ w["%d.xv_w" % i].T + w["%d.xv_b" % i])
+            k = record(rec, "%d.xk" % i, mem @ w["%d.xk_w" % i].T + w["%d.xk_b" % i])
+            v = record(rec, "%d.xv" % i, mem @ w["%d.xv_w" % i].T + w["%d.xv_b" % i])
             xk.append(k.reshape(n, H, hd).transpose(1, 0, 2)[None])
             xv.append(v.reshape(n, H, hd).transpose(1, 0, 2)[None])
         kc = np.zeros((c["n_layer"], 1, H, n_new, hd))
         vc = np.zeros_like(kc)
         tok, out = BOS, []
         for t in range(n_new):
-            x = _rec(rec, "x", (w["tok"][tok] + w["tgt_pos"][t])[None])
+            x = record(rec, "x", (w["tok"][tok] + w["tgt_pos"][t])[None])
             for i in range(c["n_layer"]):
                 pre = str(i)
-                h = _rec(rec, pre + ".ln1", _ln_f(x, w[pre + ".ln1_g"], w[pre + ".ln1_b"], 1e-5))
-                q = _rec(rec, pre + ".q", h @ w[pre + ".q_w"].T + w[pre + ".q_b"])
-                kc[i, 0, :, t] = _rec(rec, pre + ".k", h @ w[pre + ".k_w"].T + w[pre + ".k_b"]).reshape(H, hd)
-                vc[i, 0, :, t] = _rec(rec, pre + ".v", h @ w[pre + ".v_w"].T + w[pre + ".v_b"]).reshape(H, hd)
-                y = _rec(rec, pre + ".y", float_attention(q, kc[i], vc[i], t + 1, H, hd, rec, pre + "."))
-                x = _rec(rec, "x", x + y @ w[pre + ".proj_w"].T + w[pre + ".proj_b"])
-                h = _rec(rec, pre + ".ln2", _ln_f(x, w[pre + ".ln2_g"], w[pre + ".ln2_b"], 1e-5))
-                q = _rec(rec, pre + ".xq", h @ w[pre + ".xq_w"].T + w[pre + ".xq_b"])
-                y = _rec(rec, pre + ".xy", float_attention(q, xk[i], xv[i], n, H, hd, rec, pre + ".x"))
-                x = _rec(rec, "x", x + y @ w[pre + ".xproj_w"].T + w[pre + ".xproj_b"])
-                x = _rec(rec, "x", x + _float_layer_ff(w, pre, x, rec, "ln3"))
-            h = _rec(rec, "lnf", _ln_f(x, w["lnf_g"], w["lnf_b"], 1e-5))
-            lo = _rec(rec, "lo", h @ w["head"].T)
+                h = record(rec, pre + ".ln1", ln_f(x, w[pre + ".ln1_g"], w[pre + ".ln1_b"], 1e-5))
+                q = record(rec, pre + ".q", h @ w[pre + ".q_w"].T + w[pre + ".q_b"])
+                kc[i, 0, :, t] = record(rec, pre + ".k", h @ w[pre + ".k_w"].T + w[pre + ".k_b"]).reshape(H, hd)
+                vc[i, 0, :, t] = record(rec, pre + ".v", h @ w[pre + ".v_w"].T + w[pre + ".v_b"]).reshape(H, hd)
+                y = record(rec, pre + ".y", float_attention(q, kc[i], vc[i], t + 1, H, hd, rec, pre + "."))
+                x = record(rec, "x", x + y @ w[pre + ".proj_w"].T + w[pre + ".proj_b"])
+                h = record(rec, pre + ".ln2", ln_f(x, w[pre + ".ln2_g"], w[pre + ".ln2_b"], 1e-5))
+                q = record(rec, pre + ".xq", h @ w[pre + ".xq_w"].T + w[pre + ".xq_b"])
+                y = record(rec, pre + ".xy", float_attention(q, xk[i], xv[i], n, H, hd, rec, pre + ".x"))
+                x = record(rec, "x", x + y @ w[pre + ".xproj_w"].T + w[pre + ".xproj_b"])
+                x = record(rec, "x", x + _float_layer_ff(w, pre, x, rec, "ln3"))
+            h = record(rec, "lnf", ln_f(x, w["lnf_g"], w["lnf_b"], 1e-5))
+            lo = record(rec, "lo", h @ w["head"].T)
             tok = int(lo.argmax(-1)[0])
             out.append(tok)
             if tok == EOS:

@@ -226,7 +226,7 @@ def weight_bytes(q) -> int:
 
 # ----------------------------------------------------------------------------- fp32 NumPy model (calibration)
 
-def _ln_f(x, g, b, eps):
+def ln_f(x, g, b, eps):
     m = x.mean(-1, keepdims=True)
     v = ((x - m) ** 2).mean(-1, keepdims=True)
     return (x - m) / np.sqrt(v + eps) * g + b
@@ -250,7 +250,7 @@ class Recorder:
         return v
 
 
-def _rec(rec, site, v):
+def record(rec, site, v):
     return rec(site, v) if rec is not None else v
 
 
@@ -259,7 +259,7 @@ def float_attention(q, kc, vc, n, H, hd, rec, site, bias=None):
     B = q.shape[0]
     qh = q.reshape(B, H, 1, hd)
     s = (qh @ kc[:, :, :n].transpose(0, 1, 3, 2))[:, :, 0] / math.sqrt(hd)      # (B, H, n)
-    _rec(rec, site + "sc", s)
+    record(rec, site + "sc", s)
     if bias is not None:
         s = s + bias[:, None, :n]
     s = s - s.max(-1, keepdims=True)
@@ -273,31 +273,31 @@ def float_block(ir, pre, x, cache, pos, rec, kv=True):
     c, w = ir.cfg, ir.w
     H, hd, eps = c["n_head"], c["hd"], c["eps"]
     li = int(pre)
-    h = _rec(rec, "%s.ln1" % pre, _ln_f(x, w[pre + ".ln1_g"], w[pre + ".ln1_b"], eps))
-    q = _rec(rec, "%s.q" % pre, h @ w[pre + ".q_w"].T + w[pre + ".q_b"])
-    k = _rec(rec, "%s.k" % pre, h @ w[pre + ".k_w"].T + w[pre + ".k_b"])
-    v = _rec(rec, "%s.v" % pre, h @ w[pre + ".v_w"].T + w[pre + ".v_b"])
+    h = record(rec, "%s.ln1" % pre, ln_f(x, w[pre + ".ln1_g"], w[pre + ".ln1_b"], eps))
+    q = record(rec, "%s.q" % pre, h @ w[pre + ".q_w"].T + w[pre + ".q_b"])
+    k = record(rec, "%s.k" % pre, h @ w[pre + ".k_w"].T + w[pre + ".k_b"])
+    v = record(rec, "%s.v" % pre, h @ w[pre + ".v_w"].T + w[pre + ".v_b"])
     B = x.shape[0]
     cache["k"][li, :, :, pos] = k.reshape(B, H, hd)
     cache["v"][li, :, :, pos] = v.reshape(B, H, hd)
-    y = _rec(rec, "%s.y" % pre, float_attention(q, cache["k"][li], cache["v"][li], pos + 1, H, hd, rec, pre + "."))
-    x = _rec(rec, "x", x + y @ w[pre + ".proj_w"].T + w[pre + ".proj_b"])
-    h = _rec(rec, "%s.ln2" % pre, _ln_f(x, w[pre + ".ln2_g"], w[pre + ".ln2_b"], eps))
-    f = _rec(rec, "%s.f" % pre, h @ w[pre + ".fc_w"].T + w[pre + ".fc_b"])
-    g = _rec(rec, "%s.g" % pre, _gelu_np(f))
-    return _rec(rec, "x", x + g @ w[pre + ".out_w"].T + w[pre + ".out_b"])
+    y = record(rec, "%s.y" % pre, float_attention(q, cache["k"][li], cache["v"][li], pos + 1, H, hd, rec, pre + "."))
+    x = record(rec, "x", x + y @ w[pre + ".proj_w"].T + w[pre + ".proj_b"])
+    h = record(rec, "%s.ln2" % pre, ln_f(x, w[pre + ".ln2_g"], w[pre + ".ln2_b"], eps))
+    f = record(rec, "%s.f" % pre, h @ w[pre + ".fc_w"].T + w[pre + ".fc_b"])
+    g = record(rec, "%s.g" % pre, _gelu_np(f))
+    return record(rec, "x", x + g @ w[pre + ".out_w"].T + w[pre + ".out_b"])
 
 
 def float_step(ir, cache, tok, pos, rec=None, logits=True):
     """fp32 decode step of a micro-gpt: tok (B,) ids at position pos -> logits (B, V) (None if not logits)."""
     w = ir.w
-    x = _rec(rec, "x", w["tok"][tok] + w["pos"][pos][None])
+    x = record(rec, "x", w["tok"][tok] + w["pos"][pos][None])
     for i in range(ir.cfg["n_layer"]):
         x = float_block(ir, str(i), x, cache, pos, rec)
     if not logits:
         return None
-    h = _rec(rec, "lnf", _ln_f(x, w["lnf_g"], w["lnf_b"], ir.cfg["eps"]))
-    return _rec(rec, "lo", h @ w["head"].T)
+    h = record(rec, "lnf", ln_f(x, w["lnf_g"], w["lnf_b"], ir.cfg["eps"]))
+    return record(rec, "lo", h @ w["head"].T)
 
 
 def new_float_cache(ir, B):
