@@ -121,12 +121,7 @@ def textir2int_s2s(ir, calib_prompts) -> dict:
     p = {"enc": [], "dec": []}
     for i in range(c["n_layer"]):
         e = "e%d" % i
-        L = {"ln1": ln_params(w[e + ".ln1_g"], w[e + ".ln1_b"], se, S[e + ".ln1"], eps)}
-        for a in ("q", "k", "v"):
-            L[a] = fc_params(w[e + ".%s_w" % a], w[e + ".%s_b" % a], S[e + ".ln1"], S[e + "." + a])
-        L.update(attention_params(S[e + ".q"], S[e + ".k"], S[e + ".v"], S[e + ".sc"], S[e + ".y"], c["hd"]))
-        L["proj"] = fc_params(w[e + ".proj_w"], w[e + ".proj_b"], S[e + ".y"], se)
-        L["ln2"] = ln_params(w[e + ".ln2_g"], w[e + ".ln2_b"], se, S[e + ".ln2"], eps)
+        L = _self_attention_params(w, S, e, se, eps, c["hd"])
         L["fc"] = fc_params(w[e + ".fc_w"], w[e + ".fc_b"], S[e + ".ln2"], S[e + ".f"], relu=True)
         L["out"] = fc_params(w[e + ".out_w"], w[e + ".out_b"], S[e + ".f"], se)
         p["enc"].append(L)
@@ -134,12 +129,7 @@ def textir2int_s2s(ir, calib_prompts) -> dict:
     p["enc_ln"] = ln_params(w["enc_ln_g"], w["enc_ln_b"], se, S["mem"], eps)
     for i in range(c["n_layer"]):
         d = str(i)
-        L = {"ln1": ln_params(w[d + ".ln1_g"], w[d + ".ln1_b"], sx, S[d + ".ln1"], eps)}
-        for a in ("q", "k", "v"):
-            L[a] = fc_params(w[d + ".%s_w" % a], w[d + ".%s_b" % a], S[d + ".ln1"], S[d + "." + a])
-        L.update(attention_params(S[d + ".q"], S[d + ".k"], S[d + ".v"], S[d + ".sc"], S[d + ".y"], c["hd"]))
-        L["proj"] = fc_params(w[d + ".proj_w"], w[d + ".proj_b"], S[d + ".y"], sx)
-        L["ln2"] = ln_params(w[d + ".ln2_g"], w[d + ".ln2_b"], sx, S[d + ".ln2"], eps)
+        L = _self_attention_params(w, S, d, sx, eps, c["hd"])
         L["xq"] = fc_params(w[d + ".xq_w"], w[d + ".xq_b"], S[d + ".ln2"], S[d + ".xq"])
         L["xk"] = fc_params(w[d + ".xk_w"], w[d + ".xk_b"], S["mem"], S[d + ".xk"])
         L["xv"] = fc_params(w[d + ".xv_w"], w[d + ".xv_b"], S["mem"], S[d + ".xv"])
@@ -155,6 +145,18 @@ def textir2int_s2s(ir, calib_prompts) -> dict:
     p["head"] = fc_params(w["head"], None, S["lnf"], S["lo"])
     _collect(const, "", {"enc_ln": p["enc_ln"], "lnf": p["lnf"], "head": p["head"]})
     return {"arch": ir.arch, "cfg": dict(c), "scales": S, "amax": amax, "const": const, "p": p}
+
+
+def _self_attention_params(w, S, pre, s_res, eps, hd) -> dict:
+    """Integer parameters of layer `pre`'s self-attention half (encoder 'e<i>', decoder '<i>'): ln1, q, k, v,
+    the attention scales, proj back to the residual scale s_res, and ln2."""
+    L = {"ln1": ln_params(w[pre + ".ln1_g"], w[pre + ".ln1_b"], s_res, S[pre + ".ln1"], eps)}
+    for a in ("q", "k", "v"):
+        L[a] = fc_params(w[pre + ".%s_w" % a], w[pre + ".%s_b" % a], S[pre + ".ln1"], S[pre + "." + a])
+    L.update(attention_params(S[pre + ".q"], S[pre + ".k"], S[pre + ".v"], S[pre + ".sc"], S[pre + ".y"], hd))
+    L["proj"] = fc_params(w[pre + ".proj_w"], w[pre + ".proj_b"], S[pre + ".y"], s_res)
+    L["ln2"] = ln_params(w[pre + ".ln2_g"], w[pre + ".ln2_b"], s_res, S[pre + ".ln2"], eps)
+    return L
 
 
 def _q16(a, s):

@@ -41,50 +41,50 @@ typedef struct {
     gx_requant_t q;
 } gx_fc_t;
 
-/* Tap k + j of 4 rows (one input, 4 weights, 4 multiply-adds); 2 taps per loop turn (4 spill on rv32). */
-#define GX_FC_TAP(j)                                                             \
+/* The fully connected loop of gx_fc (int8) and gx_fc16 (16x8), with p, in and out in scope: out[o] =
+ * requant(bias[o] + sum_k w[o][k] * (in[k] + OFF)) as OUT_T. 4 rows at a time (each input loaded once per 4
+ * multiply-adds; 2 taps per loop turn, 4 spill on rv32), then the last n_out % 4 rows one by one. OFF is the
+ * input offset (0 for 16x8: the compiler drops the add). */
+#define GX_FC_TAP(j, OFF)                                                        \
     do {                                                                         \
-        const int32_t x_ = (int32_t)in[k + (j)] + off;                                      \
+        const int32_t x_ = (int32_t)in[k + (j)] + (OFF);                         \
         a0 += (int32_t)w0[j] * x_;                                               \
         a1 += (int32_t)w1[j] * x_;                                               \
         a2 += (int32_t)w2[j] * x_;                                               \
         a3 += (int32_t)w3[j] * x_;                                               \
     } while (0)
 
-/* out[o] = requant(bias[o] + sum_k w[o][k] * (in[k] + in_offset)); 4 rows at a time (each input
- * loaded once per 4 multiply-adds), then the last n_out % 4 rows one by one. */
+#define GX_FC_BODY(OUT_T, OFF)                                                                              \
+    do {                                                                                                    \
+        const int n = p->n_in;                                                                              \
+        const int n4 = p->n_out & ~3;                                                                       \
+        int o, k;                                                                                           \
+        for (o = 0; o < n4; o += 4) {                                                                       \
+            const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;               \
+            int32_t a0 = p->q.bias[o], a1 = p->q.bias[o + 1], a2 = p->q.bias[o + 2], a3 = p->q.bias[o + 3]; \
+            for (k = 0; k + 2 <= n; k += 2, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {                           \
+                GX_FC_TAP(0, OFF); GX_FC_TAP(1, OFF);                                                       \
+            }                                                                                               \
+            for (; k < n; ++k, ++w0, ++w1, ++w2, ++w3) GX_FC_TAP(0, OFF);                                   \
+            out[o] = (OUT_T)gx_requant(a0, &p->q, o);                                                       \
+            out[o + 1] = (OUT_T)gx_requant(a1, &p->q, o + 1);                                               \
+            out[o + 2] = (OUT_T)gx_requant(a2, &p->q, o + 2);                                               \
+            out[o + 3] = (OUT_T)gx_requant(a3, &p->q, o + 3);                                               \
+        }                                                                                                   \
+        for (o = n4; o < p->n_out; ++o) {                                                                   \
+            const int8_t *w = p->weights + o * n;                                                           \
+            int32_t acc = p->q.bias[o];                                                                     \
+            for (k = 0; k < n; ++k) acc += (int32_t)w[k] * ((int32_t)in[k] + (OFF));                        \
+            out[o] = (OUT_T)gx_requant(acc, &p->q, o);                                                      \
+        }                                                                                                   \
+    } while (0)
+
+/* out[o] = requant(bias[o] + sum_k w[o][k] * (in[k] + in_offset)). */
 GX_INLINE void gx_fc(const gx_fc_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
-    const int n = p->n_in;
     const int32_t off = p->in_offset;
-    const int n4 = p->n_out & ~3;
-    int o, k;
-    for (o = 0; o < n4; o += 4) {
-        const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
-        int32_t a0 = p->q.bias[o], a1 = p->q.bias[o + 1], a2 = p->q.bias[o + 2], a3 = p->q.bias[o + 3];
-        for (k = 0; k + 2 <= n; k += 2, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {
-            GX_FC_TAP(0); GX_FC_TAP(1);
-        }
-        for (; k < n; ++k, ++w0, ++w1, ++w2, ++w3) {
-            const int32_t x = (int32_t)in[k] + off;
-            a0 += (int32_t)w0[0] * x;
-            a1 += (int32_t)w1[0] * x;
-            a2 += (int32_t)w2[0] * x;
-            a3 += (int32_t)w3[0] * x;
-        }
-        out[o] = (int8_t)gx_requant(a0, &p->q, o);
-        out[o + 1] = (int8_t)gx_requant(a1, &p->q, o + 1);
-        out[o + 2] = (int8_t)gx_requant(a2, &p->q, o + 2);
-        out[o + 3] = (int8_t)gx_requant(a3, &p->q, o + 3);
-    }
-    for (o = n4; o < p->n_out; ++o) {
-        const int8_t *w = p->weights + o * n;
-        int32_t acc = p->q.bias[o];
-        for (k = 0; k < n; ++k) acc += (int32_t)w[k] * ((int32_t)in[k] + off);
-        out[o] = (int8_t)gx_requant(acc, &p->q, o);
-    }
+    GX_FC_BODY(int8_t, off);
 }
-#undef GX_FC_TAP
 
 /* ------------------------------------------------------------------ convolution */
 

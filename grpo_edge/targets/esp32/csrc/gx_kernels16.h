@@ -16,50 +16,12 @@ typedef struct {
     gx_requant_t q;             /* int32 bias, out_offset 0, act range within int16 */
 } gx_fc16_t;
 
-/* Tap k + j of 4 rows (one input, 4 weights, 4 multiply-adds); 2 taps per loop turn (4 spill on rv32). */
-#define GX_FC_TAP(j)                                                             \
-    do {                                                                         \
-        const int32_t x_ = in[k + (j)];                                      \
-        a0 += (int32_t)w0[j] * x_;                                               \
-        a1 += (int32_t)w1[j] * x_;                                               \
-        a2 += (int32_t)w2[j] * x_;                                               \
-        a3 += (int32_t)w3[j] * x_;                                               \
-    } while (0)
-
 /* out[o] = requant(bias[o] + sum_k w[o][k] * in[k]): int16 x int8 into an int32 accumulator that
- * the generator proved cannot overflow (TFLM: an int32 bias selects the int32 accumulator).
- * 4 rows at a time (each input loaded once per 4 multiply-adds), then the rest one by one. */
+ * the generator proved cannot overflow (TFLM: an int32 bias selects the int32 accumulator). */
 GX_INLINE void gx_fc16(const gx_fc16_t *p, const int16_t *restrict in, int16_t *restrict out)
 {
-    const int n = p->n_in;
-    const int n4 = p->n_out & ~3;
-    int o, k;
-    for (o = 0; o < n4; o += 4) {
-        const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;
-        int32_t a0 = p->q.bias[o], a1 = p->q.bias[o + 1], a2 = p->q.bias[o + 2], a3 = p->q.bias[o + 3];
-        for (k = 0; k + 2 <= n; k += 2, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {
-            GX_FC_TAP(0); GX_FC_TAP(1);
-        }
-        for (; k < n; ++k, ++w0, ++w1, ++w2, ++w3) {
-            const int32_t x = in[k];
-            a0 += (int32_t)w0[0] * x;
-            a1 += (int32_t)w1[0] * x;
-            a2 += (int32_t)w2[0] * x;
-            a3 += (int32_t)w3[0] * x;
-        }
-        out[o] = (int16_t)gx_requant(a0, &p->q, o);
-        out[o + 1] = (int16_t)gx_requant(a1, &p->q, o + 1);
-        out[o + 2] = (int16_t)gx_requant(a2, &p->q, o + 2);
-        out[o + 3] = (int16_t)gx_requant(a3, &p->q, o + 3);
-    }
-    for (o = n4; o < p->n_out; ++o) {
-        const int8_t *w = p->weights + o * n;
-        int32_t acc = p->q.bias[o];
-        for (k = 0; k < n; ++k) acc += (int32_t)w[k] * (int32_t)in[k];
-        out[o] = (int16_t)gx_requant(acc, &p->q, o);
-    }
+    GX_FC_BODY(int16_t, 0);
 }
-#undef GX_FC_TAP
 
 /* ------------------------------------------------------------------ tanh, int16 */
 
