@@ -6,8 +6,8 @@ Each record has a `prompt` and a reference, `completion` or `answer` (grpo_edge/
 JSONL, CSV and TSV); the policy generates a completion per prompt and the rewards score it. Every other
 column travels with its record. The vocabulary is the data's characters (stored in the checkpoint: eval and
 deploy use the checkpoint's, and name a character outside it with its file and line). Prompts are padded to
-the longest one: on the left by default (micro-gpt's decoding), `padding: right` for tiny-transformer
-sources.
+the longest one, on the left by default or on the right (`padding: right`); either architecture trains and
+deploys with either.
 """
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ class TextDataTask(TextTask):
       test_path (None)        held-out records; default: a seeded test_fraction of data_path
       test_fraction (0.1)     held-out share when there is no test_path
       split_seed (0)          seed of that split (independent of the training seed)
-      padding ("left")        where prompts are padded: left (micro-gpt) or right (tiny-transformer)
+      padding ("left")        where prompts are padded: left or right (micro-gpt and tiny-transformer take either)
       max_prompt_len (None)   prompt length in characters; default the longest prompt
       max_new_tokens (None)   generation budget; default the longest reference + EOS
       vocab (None)            the characters the model knows; default the data's (a checkpoint keeps its own)
