@@ -25,3 +25,24 @@ def test_bench_table(tmp_path):
     md = (tmp_path / "bench.md").read_text()
     assert "(measured-host)" in md and "(ESTIMATE)" in md
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+    _check_esp32_per_op(doc, md, tmp_path)
+
+
+def _check_esp32_per_op(doc, md, out):
+    """The int8 model's per-op profile on the ESP32: every op of the compiled graph has a row, the rows add
+    up to the whole model's exact rv32 count (within the mark calls, 5%), the chart is a PNG; with TFLM and
+    valgrind here, TFLM's host count for every op it runs."""
+    from grpo_edge.targets.esp32 import rv32
+    p = doc["esp32_per_op"]
+    if not rv32.available():
+        assert p["status"].startswith("skipped:")
+        return
+    assert p["status"] == "ok", p["status"]
+    kinds = [r["kind"] for r in p["ops"]]
+    assert kinds.count("fc") + kinds.count("fc16") == 3 and p["totals"]["rv32_bit_exact"] is True
+    t = p["totals"]
+    assert abs(t["rv32_instructions_ops"] - t["rv32_instructions_model"]) <= 0.05 * t["rv32_instructions_model"]
+    assert t["macs"] == sum(r["macs"] for r in p["ops"]) and t["macs"] > 0
+    if p["host_columns"] == "ok":
+        assert all(r["tflm_host_instructions"] > 0 and r["host_instructions"] > 0 for r in p["ops"])
+    assert "## Per-op profile on the ESP32" in md and (out / "per_op.png").read_bytes()[:4] == b"\x89PNG"

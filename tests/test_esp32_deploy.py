@@ -76,6 +76,35 @@ def test_callgrind_ours_vs_tflm(tmp_path):
     assert ipi["ratio"] <= 0.5, ipi
 
 
+def test_per_op_host_instructions_ours_and_tflm(tmp_path):
+    """The op-by-op split of both invokes adds up to the whole counted in one piece (callgrind, the same
+    inputs): TFLM's exactly, ours within the mark calls (5%); every op that runs has both counts."""
+    import numpy as np
+    need(tflm.available(), "tflite-micro not importable (pip install tflite-micro)")
+    need_tool("valgrind")
+    from grpo_edge.targets.esp32 import codegen, parse, profile
+    g = parse.parse(session_cache.sample("mlp_relu"))
+    gen = codegen.generate(g, "cgop")
+    x = np.random.default_rng(0).integers(-128, 128, size=(3, 4)).astype(np.int8)
+    buf, _, owners = tflm.to_tflite_owned(g)
+    assert owners == list(range(len(g.ops)))
+    mp = tmp_path / "m.tflite"
+    mp.write_bytes(buf)
+    arena = tflm.find_arena(mp, tmp_path)["arena_bytes"]
+    theirs = tflm.tflm_per_op(mp, x, tmp_path, arena, 3, owners)
+    assert theirs["total"] == tflm.tflm_callgrind(mp, x, tmp_path, arena, 3)
+    ours = profile.host_per_op(gen, x, 3)
+    whole = simulate.host_callgrind(gen, x, 3)
+    assert abs(ours["total"] - whole) <= 0.05 * whole, (ours, whole)
+    assert sorted(ours["per_op"]) == sorted(theirs["per_op"]) == list(range(len(g.ops)))
+    assert all(v > 0 for v in list(ours["per_op"].values()) + list(theirs["per_op"].values()))
+    rows = [{"op": i} for i in range(len(g.ops))]
+    totals = {}
+    profile.add_host_columns(rows, totals, ours, theirs)
+    assert rows[0]["tflm_over_ours"] == round(theirs["per_op"][0] / ours["per_op"][0], 2)
+    assert totals["tflm_host_instructions_ops"] + totals["tflm_host_instructions_entry"] == round(theirs["total"])
+
+
 def test_host_callgrind_counts_our_invoke(tmp_path):
     import numpy as np
     need_tool("valgrind")

@@ -6,6 +6,10 @@ Rows: torch, onnx fp32, onnx int8, tflite fp32, tflite int8 (+ extra_rows, e.g. 
 Columns: size (exact), the task's own metric (measured on this host), host latency (measured on this
 host: single-sample calls, warm-up then median, in this process), and per target profile the device
 latency and energy per inference (ESTIMATED from targets/<name>.yaml; method in the JSON legend), status.
+
+Below the table, for a model the ESP32 compiler takes (vector models), the per-op profile of model.int8.onnx
+compiled to C (targets/esp32/profile.py: MACs, exact rv32imc instructions, arena, flash, and host
+instructions ours vs TFLite Micro's for the same op) and its chart per_op.png; option per_op=False skips it.
 """
 import functools
 import io
@@ -20,7 +24,7 @@ from grpo_edge.report import atomic_write_bytes, atomic_write_text
 
 FORMATS = ("torch", "onnx fp32", "onnx int8", "tflite fp32", "tflite int8")
 DEFAULTS = {"runs": 500, "warmup": 50, "eval_n": 0, "calibration": None, "calibration_samples": 512,
-            "method": "minmax", "seed": 0}
+            "method": "minmax", "seed": 0, "per_op": True}
 
 
 def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=None, extra_rows=()) -> list:
@@ -51,6 +55,8 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
         legend["metric"] = "no task metric: %s" % b.task_err
     doc = {"checkpoint": str(checkpoint), "arch": b.state["arch"], "task": b.state.get("task"), "macs": macs,
            "legend": legend, "rows": result}
+    if opts["per_op"] and calls is None:
+        doc["esp32_per_op"] = _esp32_per_op(b, rows["onnx int8"])
     atomic_write_text(out / "bench.json", json.dumps(doc, indent=2, default=str))
     atomic_write_text(out / "bench.md", bench_markdown(doc))
     atomic_write_bytes(out / "bench.png", bench_chart(doc))
@@ -250,6 +256,36 @@ def _legend(task, profiles, macs, opts, checkpoint):
     return leg
 
 
+def _esp32_per_op(b, int8_row) -> dict:
+    """The per-op profile of model.int8.onnx compiled for the ESP32 (and per_op.png), or why there is none."""
+    from grpo_edge.targets.esp32.profile import per_op_chart, profile_onnx
+    if int8_row["status"] != "ok":
+        return {"status": "skipped: no int8 ONNX (%s)" % int8_row["status"]}
+    try:
+        prof = profile_onnx(b.paths["onnx int8"])
+    except Exception as e:                 # an op the compiler lacks, no rv32 toolchain: the table still stands
+        return {"status": "skipped: %s" % (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
+    per_op_chart(prof, b.out / "per_op.png", "%s int8 C: rv32imc instructions per op (exact, mean of %d inputs)"
+                 % (b.state.get("task") or b.state["arch"], prof["totals"]["inputs"]))
+    return dict(prof, status="ok", chart="per_op.png")
+
+
+def _per_op_markdown(p) -> list:
+    if p["status"] != "ok":
+        return ["", "## Per-op profile on the ESP32", "", p["status"]]
+    cols = ["op", "kind", "macs", "rv32_instructions", "instructions_per_mac", "arena_live_bytes", "flash_bytes",
+            "host_instructions", "tflm_host_instructions", "tflm_over_ours"]
+    cols = [c for c in cols if c in p["ops"][0]]
+    out = ["", "## Per-op profile on the ESP32 (model.int8.onnx compiled to C; per_op.png)", "",
+           "rv32imc instructions: exact count on an instruction-level simulator (measured-host); host instructions: "
+           "x86-64 valgrind callgrind, ours (gcc -O2) vs TFLite Micro's for the same op (measured-host%s). "
+           "Device time is not measured here." % ("" if p["host_columns"] == "ok" else "; " + p["host_columns"]), "",
+           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in p["ops"]]
+    out += ["", "Totals: " + ", ".join("%s %s" % (k, v) for k, v in p["totals"].items())]
+    return out
+
+
 def _fmt(v, scale=1.0, digits=4):
     if v is None:
         return "-"
@@ -278,6 +314,8 @@ def bench_markdown(doc) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "How each column was obtained:", ""]
     lines += ["- `%s`: %s" % (k, v) for k, v in doc["legend"].items() if v]
+    if "esp32_per_op" in doc:
+        lines += _per_op_markdown(doc["esp32_per_op"])
     return "\n".join(lines) + "\n"
 
 

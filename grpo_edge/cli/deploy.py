@@ -104,10 +104,14 @@ def bench(
     checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
     out: str = typer.Option("bench", "--out", "-o", help="Output folder (bench.md, bench.json, bench.png)."),
     targets: str = typer.Option("rpi4,rpi5,esp32s3", "--targets", help="Comma-separated device profiles for estimates."),
+    per_op: bool = typer.Option(True, "--per-op/--no-per-op",
+                                help="Add the ESP32 per-op profile of the int8 model (rv32 instructions per op; "
+                                     "host instructions ours vs TFLite Micro) and per_op.png."),
 ):
-    """Table of formats x size, task metric, host latency (measured), device latency/energy (estimated)."""
+    """Table of formats x size, task metric, host latency (measured), device latency/energy (estimated);
+    then, for vector models, where the ESP32 C spends its instructions, op by op."""
     from grpo_edge.bench.table import run_bench
-    run_bench(checkpoint, out, targets=tuple(t for t in targets.split(",") if t))
+    run_bench(checkpoint, out, targets=tuple(t for t in targets.split(",") if t), options={"per_op": per_op})
     typer.echo((Path(out) / "bench.md").read_text())
 
 

@@ -133,6 +133,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         _tflm_check(graph, gen, x_q, opts, out, rep)                # 4. TFLite Micro baseline
     elif opts["tflm"]:
         rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
+    if "per_op" in rep.sections:
+        _per_op_chart(gen, rep, out)
     rep.sections["firmware"] = {"dir": str(fw["dir"]), "checksum": "0x%08x" % fw["checksum"],
                                 "test_vectors": fw["n_vectors"],
                                 "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
@@ -252,20 +254,25 @@ def _rv32_check(graph, gen, x_q, prof, rep) -> None:
 
 
 def _per_op_profile(graph, gen, x_q, rep, out) -> None:
-    """Per op: MACs, rv32 instructions, instructions per MAC, live arena, flash (esp32/profile.py); the chart."""
-    from .profile import per_op_chart, per_op_profile
+    """Per op: MACs, rv32 instructions, instructions per MAC, live arena, flash (esp32/profile.py)."""
+    from .profile import per_op_profile
     total = rep.figures["rv32_instructions_per_inference"].value
     prof = per_op_profile(graph, gen, x_q[:3], total)
     rep.sections["per_op"] = prof["ops"]
     rep.sections["per_op_totals"] = prof["totals"]
-    out.mkdir(parents=True, exist_ok=True)
-    per_op_chart(prof, out / "per_op.png", "%s: rv32imc instructions per op (exact, mean of %d inputs)"
-                 % (gen.prefix, prof["totals"]["inputs"]))
     rep.notes.append("Per-op profile (sections per_op, per_op_totals; per_op.png): rv32imc instructions counted at "
                      "GX_MARK(i) before each op's call, in a build with an empty gx_mark call there (the ops' sum "
                      "leaves out invoke's entry and exit, and the calls move registers a little: it is within a few "
                      "percent of the unmarked model's count, per_op_totals has both); arena bytes live during the "
                      "op; flash bytes of its constant data.")
+
+
+def _per_op_chart(gen, rep, out) -> None:
+    from .profile import per_op_chart
+    out.mkdir(parents=True, exist_ok=True)
+    prof = {"ops": rep.sections["per_op"], "totals": rep.sections["per_op_totals"]}
+    per_op_chart(prof, out / "per_op.png", "%s: rv32imc instructions per op (exact, mean of %d inputs)"
+                 % (gen.prefix, prof["totals"]["inputs"]))
 
 
 def _estimate_latency(n_instructions, prof, rep) -> None:
@@ -302,6 +309,14 @@ def _tflm_check(graph, gen, x_q, opts, out, rep) -> None:
     if ipi:
         rep.add("host_instructions_ours", int(round(ipi["ours"])), "instr", "measured-host", ipi["how"])
         rep.add("host_instructions_tflm", int(round(ipi["tflm"])), "instr", "measured-host", ipi["how"])
+    host = tb.pop("per_op_host", None)
+    if host and "per_op" in rep.sections:
+        from .profile import add_host_columns
+        add_host_columns(rep.sections["per_op"], rep.sections["per_op_totals"], host["ours"], host["tflm"])
+        rep.notes.append("Per-op host columns (x86-64, valgrind callgrind, mean of %d inputs): our op from the "
+                         "GX_MARK before its call to the next (gcc -O2); TFLM's from its kernel's entry to the next "
+                         "kernel's, summed over the TFLite operators that compute the op (its last one includes "
+                         "Invoke's return). Entry and exit are in per_op_totals." % host["ours"]["calls"])
 
 
 def fp32_agreement(graph, fp32_onnx, xf, action_range=None) -> float:
@@ -342,7 +357,7 @@ def tflm_baseline(graph, gen, x_q, opts, out) -> dict:
     """Same parameters in TFLite Micro: outputs, arena, flash, host instructions (callgrind)."""
     from . import reference as R
     try:
-        buf, notes = tflm.to_tflite(graph)
+        buf, notes, owners = tflm.to_tflite_owned(graph)
     except TargetError as e:
         return {"skipped": str(e)}
     res = {"tflm": tflm.tflm_env_note(), "notes": notes, "tflite_bytes": len(buf)}
@@ -362,9 +377,12 @@ def tflm_baseline(graph, gen, x_q, opts, out) -> dict:
                           "reason": "; ".join(notes) if diff.max() else ""}
         if opts["callgrind"] and (shutil_which("valgrind") or _require_tools()):
             k = opts["n_callgrind"]
+            tp = tflm.tflm_per_op(mp, tflm.to_tflm_input(graph, x_q), d, ar["arena_bytes"], k, owners)
+            if opts["profile"]:
+                from .profile import host_per_op
+                res["per_op_host"] = {"ours": host_per_op(gen, x_q, k), "tflm": tp}
             res["instructions_per_inference"] = {
-                "ours": simulate.host_callgrind(gen, x_q, k),
-                "tflm": tflm.tflm_callgrind(mp, tflm.to_tflm_input(graph, x_q), d, ar["arena_bytes"], k),
+                "ours": simulate.host_callgrind(gen, x_q, k), "tflm": tp["total"],
                 "how": "valgrind callgrind, x86-64 host, inclusive instructions of %s_invoke (gcc -O2) vs "
                        "tflite::MicroInterpreter::Invoke (pip tflite-micro), mean over %d inputs" % (gen.prefix, k)}
             ipi = res["instructions_per_inference"]

@@ -143,10 +143,10 @@ def ort_check(graph, onnx_path, x_float: np.ndarray) -> dict:
 def host_callgrind(gen, x_q: np.ndarray, n_calls: int = 20) -> float:
     """Host (x86-64, gcc -O2) instructions per <prefix>_invoke, inclusive, under valgrind callgrind;
     x_q of the model's input type."""
-    from .tflm import callgrind_instructions
+    from .callgrind import instructions
     x = np.ascontiguousarray(x_q[:n_calls], dtype=gen.input_dtype).reshape(min(n_calls, len(x_q)), -1)
     with tempfile.TemporaryDirectory(prefix="esp32cg_") as d:
         exe = build_host([gen], d, "O2", extra=["-g"])
         inp = Path(d) / "in.bin"
         inp.write_bytes(np.int32(len(x)).tobytes() + x.tobytes())
-        return callgrind_instructions([str(exe)], "%s_invoke" % gen.prefix, len(x), stdin_path=inp)
+        return instructions([str(exe)], "%s_invoke" % gen.prefix, len(x), stdin_path=inp)

@@ -18,6 +18,7 @@ import numpy as np
 
 from grpo_edge.errors import TargetError
 
+from . import callgrind as CG
 from . import tflm as TF
 
 OPS = ("FULLY_CONNECTED", "SOFTMAX", "ADD", "GATHER", "BATCH_MATMUL", "GELU", "RSQRT", "MEAN", "SQUARED_DIFFERENCE",
@@ -262,9 +263,8 @@ def baseline(q, out_dir) -> dict:
             xin = [x, np.tile(sc.reshape(1, H, T), (20, 1, 1))]
             np.save(Path(d) / "h.npy", xin[0])
             np.save(Path(d) / "s.npy", xin[1])
-            tflm_i = TF.callgrind_instructions([sys.executable, str(TF.RUNNER), str(mp), str(ar["arena_bytes"]),
-                                                str(Path(d) / "h.npy"), str(Path(d) / "s.npy")],
-                                               "*MicroInterpreter::Invoke*", 20)
+            tflm_i = CG.instructions([sys.executable, str(TF.RUNNER), str(mp), str(ar["arena_bytes"]),
+                                      str(Path(d) / "h.npy"), str(Path(d) / "s.npy")], TF.INVOKE_GLOB, 20)
             write_headers(d, TEXT_HEADERS)
             (Path(d) / "tables.h").write_text(c_array("int16_t", "exp_lut", q["const"]["exp_lut"])
                                               + c_array("int16_t", "recip_lut", q["const"]["recip_lut"]))
@@ -274,7 +274,7 @@ def baseline(q, out_dir) -> dict:
                                                    str(Path(d) / "chain.c")], capture_output=True, text=True)
             if r.returncode != 0:
                 raise TargetError("gcc failed on the TFLM comparison chain: %s" % r.stderr.strip().splitlines()[0])
-            ours = TF.callgrind_instructions([str(exe)], "chain_step", 20)
+            ours = CG.instructions([str(exe)], "chain_step", 20)
             res["chain"].update({"host_instructions_tflm": tflm_i, "host_instructions_ours": ours,
                                  "ratio_ours_over_tflm": ours / tflm_i,
                                  "how": "valgrind callgrind, x86-64 host, inclusive instructions per call of "

@@ -16,16 +16,19 @@ Layout: TFLite is NHWC. Inputs are transposed NCHW -> NHWC before set_input, wei
 """
 import json
 import math
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from grpo_edge.errors import TargetError
 
+from . import callgrind as CG
+
+INVOKE = "tflite::micro::MicroInterpreter::Invoke()"
+INVOKE_GLOB = "*MicroInterpreter::Invoke*"
+KERNEL_SIGNATURE = "(tflite::micro::TfLiteContext*, tflite::micro::TfLiteNode*)"   # every op kernel's Eval
 TFLM_RUNTIME_FLASH = (10_000, 20_000)    # bytes: TFLM framework code, public figure (notes/anchors.md)
 REASON_ARGMAX16 = ("TFLM's ARG_MAX takes float32/int8 only (arg_min_max.cc fails at Invoke on INT16), "
                    "so a 16x8 graph ending in argmax has no TFLM equivalent")
@@ -53,6 +56,8 @@ class _Builder:
         self.me, self.tfl, self.g = me, tfl, graph
         self.t = {}
         self.ops = []
+        self.owners = []          # owners[k]: the index of the graph op that TFLite operator k computes
+        self.current = None
         self.notes = []
 
     def act(self, name, shape=None, scale=None, zp=None, dtype=None):
@@ -83,6 +88,7 @@ class _Builder:
             o._fb.builtinOptionsType = opt_type
             o._fb.builtinOptions = opts
         self.ops.append(o)
+        self.owners.append(self.current)
 
     def padding(self, a, hw, out_hw, k, label):
         """TFLite SAME/VALID for ONNX explicit pads, or None if neither matches."""
@@ -104,6 +110,7 @@ class _Builder:
         for i, op in enumerate(g.ops):
             if op.kind not in OPS:
                 raise TargetError("no TFLM mapping for op %s" % op.kind)
+            self.current = i
             OPS[op.kind].tflm(self, i, op)
         sg = self.me.Subgraph(operators=self.ops, inputs=[self.t[g.input]], outputs=[self.t[g.output]])
         return bytes(self.me.Model(subgraphs=[sg], description="grpo-edge esp32 baseline").build())
@@ -128,8 +135,14 @@ class _Builder:
 
 def to_tflite(graph):
     """IR -> (.tflite bytes, notes). Raises TargetError when TFLM cannot express an op."""
+    buf, notes, _ = to_tflite_owned(graph)
+    return buf, notes
+
+
+def to_tflite_owned(graph):
+    """IR -> (.tflite bytes, notes, owners): owners[k] is the graph op that TFLite operator k belongs to."""
     b = _Builder(graph)
-    return b.build(), b.notes
+    return b.build(), b.notes, b.owners
 
 
 def to_tflm_input(graph, x_int8):
@@ -197,37 +210,41 @@ def run(model_path, x_tflm, work, arena) -> np.ndarray:
     return np.load(yout)
 
 
-def callgrind_instructions(cmd, function_glob, n_calls, stdin_path=None) -> float:
-    """Instructions executed inside function_glob (inclusive), per call, under valgrind callgrind."""
-    if shutil.which("valgrind") is None:
-        raise TargetError("valgrind not found (apt-get install valgrind)")
-    with tempfile.TemporaryDirectory(prefix="cg_") as d:
-        out = Path(d) / "callgrind.out"
-        full = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s" % out,
-                "--toggle-collect=%s" % function_glob] + list(cmd)
-        if stdin_path is not None:
-            with open(stdin_path, "rb") as fin:
-                r = subprocess.run(full, stdin=fin, capture_output=True, timeout=900)
-        else:
-            r = subprocess.run(full, capture_output=True, timeout=900)
-        if r.returncode != 0 or not out.exists():
-            raise TargetError("callgrind failed: %s" % ((r.stderr.decode(errors="replace").strip().splitlines()
-                                                         or ["?"])[-1]))
-        total = None
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                total = int(line.split()[1])
-        if total is None:
-            raise TargetError("callgrind wrote no totals")
-        return total / float(n_calls)
-
-
 def tflm_callgrind(model_path, x_tflm, work, arena, n_calls) -> float:
     runner = _runner(work)
     xin, yout = Path(work) / "cg_in.npy", Path(work) / "cg_out.npy"
     np.save(xin, x_tflm[:n_calls])
-    return callgrind_instructions([sys.executable, str(runner), str(model_path), str(arena), str(xin), "--out",
-                                   str(yout)], "*MicroInterpreter::Invoke*", n_calls)
+    return CG.instructions([sys.executable, str(runner), str(model_path), str(arena), str(xin), "--out", str(yout)],
+                           INVOKE_GLOB, n_calls)
+
+
+def tflm_per_op(model_path, x_tflm, work, arena, n_calls, owners) -> dict:
+    """Host (x86-64) instructions of TFLM's Invoke, op by op, under callgrind: {"per_op": {graph op index:
+    mean instructions of its TFLite operators}, "entry": ..., "total": ...} (means over n_calls inputs).
+
+    A first run finds the kernels that MicroInterpreterGraph::InvokeSubgraph calls (their Eval functions); a
+    second one splits Invoke at the entry of each (callgrind.segments). Operator k's count runs from its
+    kernel's entry to the next one's; the last operator's includes Invoke's return.
+    """
+    runner, xin, yout = _runner(work), Path(work) / "cgop_in.npy", Path(work) / "cgop_out.npy"
+    n = min(n_calls, len(x_tflm))
+    np.save(xin, x_tflm[:n])
+    cmd = [sys.executable, str(runner), str(model_path), str(arena), str(xin), "--out", str(yout)]
+    kernels = [f for f in CG.callees(CG.profile_text(cmd, INVOKE_GLOB), "*InvokeSubgraph*")
+               if f.endswith(KERNEL_SIGNATURE)]
+    segs = CG.segments(cmd, INVOKE_GLOB, [INVOKE] + kernels)
+    T = len(owners)
+    if len(segs) != n * (T + 1) + 1 or any(segs[c * (T + 1)][0] != INVOKE for c in range(n)):
+        raise TargetError("TFLM's callgrind segments do not match its %d operators x %d calls" % (T, n))
+    per_op, entry = {}, 0
+    for c in range(n):
+        base = c * (T + 1)
+        entry += segs[base + 1][1]
+        for k in range(T):                 # operator k ends where the next kernel (or the next Invoke) starts
+            per_op[owners[k]] = per_op.get(owners[k], 0) + segs[base + k + 2][1]
+    per_op = dict((i, v / float(n)) for i, v in per_op.items())
+    return {"per_op": per_op, "entry": entry / float(n), "total": sum(per_op.values()) + entry / float(n),
+            "calls": n}
 
 
 def tflm_env_note() -> str:
@@ -242,5 +259,5 @@ def dumps(obj) -> str:
     return json.dumps(obj, indent=1, default=str)
 
 
-__all__ = ["available", "to_tflite", "to_tflm_input", "find_arena", "run", "tflm_callgrind",
-           "callgrind_instructions", "TFLM_RUNTIME_FLASH"]
+__all__ = ["available", "to_tflite", "to_tflm_input", "find_arena", "run", "tflm_callgrind", "tflm_per_op",
+           "TFLM_RUNTIME_FLASH"]
