@@ -11,7 +11,8 @@ from conftest import unavailable_here
 from grpo_edge.targets.esp32 import codegen, simulate
 from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
-from grpo_edge.targets.esp32.prepare import add_params, float_table, requant_table
+from grpo_edge.targets.esp32.ops.add import add_params
+from grpo_edge.targets.esp32.ops.lut import float_table, requant_table
 
 SEED = 1234
 

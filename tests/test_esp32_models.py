@@ -102,6 +102,30 @@ def test_relu_mlp_tflm_bit_exact():
     assert np.array_equal(y, R.run(g, x).reshape(len(x), -1))
 
 
+def test_hardswish_table_equals_onnxruntime_tflm_host_and_rv32(tmp_path):
+    """The worked example of docs/architecture.md ("How to add an op"): ONNX HardSwish as an int8 table.
+    onnxruntime's QDQ float HardSwish, TFLM's HARD_SWISH on all 256 codes, the host C and rv32: all equal."""
+    path = session_cache.sample("mlp_hardswish")
+    g = parse.parse(path)
+    assert [op.attrs.get("function") for op in g.ops if op.kind == "lut"] == ["hardswish", "hardswish"]
+    xf = samples.calibration(samples.input_shape("mlp_hardswish"), 200, seed=3) * 1.5
+    res = simulate.ort_check(g, path, xf)
+    assert [p["max_lsb"] for p in res["per_op"] if p["op"] == "lut"] == [0, 0] and res["per_op_max_lsb"] <= 1
+    gen = codegen.generate(g, "hswish")
+    x = _inputs(g, 500, seed=4)
+    assert simulate.host_check(g, gen, x)["bit_exact"]
+    if rv32.available():
+        assert rv32.rv32_check(g, gen, x[:20], n_counted=1)["bit_exact"]
+    need(tflm.available(), "pip install tflite-micro")
+    from grpo_edge.targets.esp32.ir import Graph
+    codes = np.arange(-128, 128, dtype=np.int8).reshape(4, 64)          # every int8 code, through one op
+    for op in (o for o in g.ops if o.kind == "lut"):
+        one = Graph(g.tensors, [op], op.inputs[0], op.output)
+        (tmp_path / "one.tflite").write_bytes(tflm.to_tflite(one)[0])
+        y = tflm.run(tmp_path / "one.tflite", codes, str(tmp_path), 1 << 16).reshape(4, -1)
+        assert np.array_equal(y, R.run(one, codes).reshape(4, -1)), op.name
+
+
 def test_firmware_app_compiles_and_runs_on_host(model, tmp_path):
     name, _, g, gen = model
     fw = firmware.assemble(g, gen, tmp_path, n_vectors=4)

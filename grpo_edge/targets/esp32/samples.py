@@ -23,7 +23,7 @@ def _modules():
         def __init__(self, obs=4, hidden=64, act=2, activation="tanh"):
             super().__init__()
             self.l1, self.l2, self.l3 = nn.Linear(obs, hidden), nn.Linear(hidden, hidden), nn.Linear(hidden, act)
-            self.act = torch.tanh if activation == "tanh" else torch.relu
+            self.act = {"tanh": torch.tanh, "relu": torch.relu, "hardswish": nn.functional.hardswish}[activation]
 
         def forward(self, x):                      # (B, obs) -> (B, act)
             return self.l3(self.act(self.l2(self.act(self.l1(x)))))
@@ -77,11 +77,12 @@ def _modules():
             return x * x + torch.sin(x)
 
     return {"mlp": (MLP, (1, 4)), "mlp_relu": (lambda: MLP(activation="relu"), (1, 4)), "mlp16": (MLP, (1, 4)),
+            "mlp_hardswish": (lambda: MLP(activation="hardswish"), (1, 4)),
             "resnet": (ResNet, (1, 1, 8, 8)), "pools": (Pools, (1, 2, 9, 9)), "softmax": (Classifier, (1, 4)),
             "unsupported": (Unsupported, (1, 4))}
 
 
-NAMES = ("mlp", "mlp_relu", "resnet", "pools", "softmax", "unsupported", "mlp16")
+NAMES = ("mlp", "mlp_relu", "mlp_hardswish", "resnet", "pools", "softmax", "unsupported", "mlp16")
 INT16_NAMES = ("mlp16",)       # the tanh MLP quantized with int16 activations (TFLite 16x8)
 
 

@@ -3,16 +3,19 @@
 and the per-op figures walk.
 
 Each op module holds, for its kinds (int8 and 16x8 side by side):
+  ONNX = {onnx_type: from_x}               from_x(parser, node): the node's shape checks and its kernel
+                                           parameters, computed once (TFLM's Prepare) -> one Op in the IR
+                                           (parse.py walks the graph and gives the shared QDQ helpers)
   reference(*inputs, attrs) -> output      NumPy integers, TFLite's rules bit for bit (the oracle)
   emit(em, i, op, name) -> C call or None  its constant data into em.data (codegen._Emitter), the kernel call
                                            (the kernel itself is C in csrc/gx_kernels*.h)
   tflm(b, i, op)                           the TFLite operators for the baseline (tflm._Builder)
   macs(op, tensors) -> int                 multiply-accumulates (or elementwise work) per inference
   int16                                    True when the 16x8 path (int16 activations) has the kind
-Shape preparation (parse.py -> attrs) stays in the ONNX front end for now.
+The 16x8 variants are made from the int8 graph after parsing (int16_ref.to_16x8).
 
-Adding an op: its module here (listed in MODULES), its kernel in csrc/gx_kernels.h (or gx_kernels16.h),
-its parse rule in parse.py, and its tests (reference vs onnxruntime or TFLM; C vs reference on host and
+Adding an op: its module here (listed in MODULES) with its ONNX rule and SPECS, its kernel in
+csrc/gx_kernels.h (or gx_kernels16.h), and its tests (reference vs onnxruntime or TFLM; C vs reference on host and
 rv32). docs/architecture.md has the worked steps.
 """
 
@@ -36,12 +39,15 @@ MODULES = ("fully_connected", "conv", "add", "lut", "pool", "argmax", "softmax",
 
 
 def _registry():
+    """(OPS {kind: OpSpec}, ONNX_RULES {ONNX op type: from_x}) from the modules."""
     import importlib
-    out = {}
+    ops, rules = {}, {}
     for name in MODULES:
-        for spec in importlib.import_module("%s.%s" % (__name__, name)).SPECS:
-            out[spec.kind] = spec
-    return out
+        mod = importlib.import_module("%s.%s" % (__name__, name))
+        for spec in mod.SPECS:
+            ops[spec.kind] = spec
+        rules.update(mod.ONNX)
+    return ops, rules
 
 
-OPS = _registry()
+OPS, ONNX_RULES = _registry()

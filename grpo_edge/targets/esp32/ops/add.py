@@ -5,9 +5,28 @@ NumPy reference, C emission (gx_add; a constant operand as a full-shape array), 
 """
 import numpy as np
 
+from grpo_edge.errors import ExportError
+
 from ..codegen import c_array, c_struct
 from ..reference import check_int32, clamp8, i64, mbqm, wrap_int32
+from .. import reference as R
+from ..ir import TensorInfo
+from ..parse import label
 from . import OpSpec, elementwise_macs
+
+
+def add_params(a, b, out, consts=None):
+    """ADD int8 parameters (add_common.cc)."""
+    left_shift = 20
+    twice_max = 2.0 * max(float(a.scale), float(b.scale))
+    m1, s1 = R.quantize_multiplier(float(a.scale) / twice_max)
+    m2, s2 = R.quantize_multiplier(float(b.scale) / twice_max)
+    mo, so = R.quantize_multiplier(twice_max / ((1 << left_shift) * float(out.scale)))
+    lo, hi = R.activation_range("none", out.scale, out.zero_point)
+    return {"left_shift": left_shift, "input1_offset": -a.zero_point, "input2_offset": -b.zero_point,
+            "input1_multiplier": m1, "input1_shift": s1, "input2_multiplier": m2, "input2_shift": s2,
+            "output_multiplier": mo, "output_shift": so, "output_offset": out.zero_point,
+            "activation_min": lo, "activation_max": hi, "constants": consts or {}}
 
 
 def reference(a, b, p):
@@ -61,4 +80,38 @@ def tflm(b, i, op):
     b.op(tfl.BuiltinOperator.ADD, ins, [b.act(op.output)], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def from_add(p, node):
+    srcs = [p.source(node, node.input[i]) for i in (0, 1)]
+    if srcs[0][0] != "act":
+        srcs = srcs[::-1]
+    if srcs[0][0] != "act" or srcs[1][0] == "float_const":
+        raise ExportError("%s: Add needs an int8 activation and an int8 activation or constant" % label(node))
+    a = p.tensors[srcs[0][1]]
+    consts = {}
+    if srcs[1][0] == "act":
+        b = p.tensors[srcs[1][1]]
+    else:
+        arr, sc, zpb = srcs[1][1], srcs[1][2], srcs[1][3]
+        if sc.size != 1 or arr.dtype != np.int8:
+            raise ExportError("%s: a constant Add operand must be per-tensor int8" % label(node))
+        bname = node.name + "/const" if node.name else node.input[1] + "/const"
+        b = TensorInfo(bname, arr.shape, R.f32(sc.reshape(())), int(zpb.reshape(())))
+        try:
+            np.broadcast_to(arr.reshape((1,) * (len(a.shape) - arr.ndim) + arr.shape), a.shape)
+        except ValueError:
+            raise ExportError("%s: constant of shape %s does not broadcast to %s" % (label(node), arr.shape, a.shape))
+        consts[bname] = arr.reshape((1,) * (len(a.shape) - arr.ndim) + arr.shape).astype(np.int8)
+    if b.name not in consts and tuple(b.shape) != tuple(a.shape):
+        raise ExportError("%s: Add of shapes %s and %s: only equal shapes or a constant operand" % (label(node), a.shape, b.shape))
+    name, scale, zp = p.output_q(node)
+    out = TensorInfo(name, a.shape, scale, zp)
+    attrs = add_params(a, b, out, consts)
+    attrs["constant_quant"] = {n: (b.scale, b.zero_point) for n in consts}
+    p.add_op("add", node, [a.name, b.name], a.shape, attrs)
+
+
 SPECS = [OpSpec("add", reference, emit, tflm, elementwise_macs)]
+
+ONNX = {"Add": from_add}

@@ -4,10 +4,12 @@ NumPy reference, C emission (gx_argmax / gx_argmax16), TFLite Micro mapping (ARG
 """
 import numpy as np
 
-from grpo_edge.errors import TargetError
+from grpo_edge.errors import ExportError, TargetError
 
 from ..reference import i64
 from ..tflm import REASON_ARGMAX16
+from ..ir import Op, TensorInfo
+from ..parse import attr, label
 from . import OpSpec, elementwise_macs
 
 
@@ -35,4 +37,20 @@ def tflm(b, i, op):
             tfl.ArgMaxOptionsT(outputType=I32))
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def from_arg_max(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    axis = attr(node, "axis", 0) % len(x.shape)
+    if axis != len(x.shape) - 1 or len(x.shape) != 2:
+        raise ExportError("%s: ArgMax only over the last axis of a (1, N) tensor" % label(node))
+    if x.shape[1] > 127:
+        raise ExportError("%s: ArgMax over %d classes does not fit an int8 output" % (label(node), x.shape[1]))
+    name = node.output[0]
+    p.tensors[name] = TensorInfo(name, (1, 1), 1.0, 0)
+    p.ops.append(Op("argmax", node.name or name, [x.name], name, {}))
+
+
 SPECS = [OpSpec("argmax", reference, emit, tflm, elementwise_macs, int16=True)]
+
+ONNX = {"ArgMax": from_arg_max}

@@ -9,6 +9,8 @@ from grpo_edge.errors import ExportError, TargetError
 
 from ..codegen import INT32_MAX, c_requant, c_struct
 from ..reference import i64, requantize
+from ..ir import TensorInfo
+from ..parse import attr, label, pads as onnx_pads
 from . import OpSpec
 
 
@@ -100,4 +102,39 @@ def macs(op, tensors):
     return int(tensors[op.output].size * op.attrs["weights"][0].size)
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def from_conv(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    if len(x.shape) != 4:
+        raise ExportError("%s: only 2-D convolution (NCHW input) is supported" % label(node))
+    s = p.source(node, node.input[1])
+    if s[0] != "const" or s[1].ndim != 4:
+        raise ExportError("%s: weights must be a constant 4-D int8 tensor" % label(node))
+    oc = s[1].shape[0]
+    w, s_w = p.weights(node, 1, oc)
+    group = int(attr(node, "group", 1))
+    C, H, W = x.shape[1:]
+    if w.shape[1] * group != C or oc % group:
+        raise ExportError("%s: weight shape %s does not fit %d input channels, group %d" % (label(node), w.shape, C, group))
+    kh, kw = w.shape[2:]
+    strides = tuple(attr(node, "strides", [1, 1]))
+    dil = tuple(attr(node, "dilations", [1, 1]))
+    pads = onnx_pads(node, (H, W), (kh, kw), strides, dil)
+    oh = (H + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (W + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    if oh < 1 or ow < 1:
+        raise ExportError("%s: output would be empty" % label(node))
+    bias = p.bias(node, 2, oc, x.scale, s_w)
+    name, scale, zp = p.output_q(node)
+    out = TensorInfo(name, (1, oc, oh, ow), scale, zp)
+    attrs = {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
+             "strides": strides, "dilations": dil, "pads": pads, "group": group,
+             "weight_scales": s_w.astype(np.float32)}
+    attrs.update(p.requant_params(x.scale, s_w, out))
+    p.add_op("conv", node, [x.name], out.shape, attrs)
+
+
 SPECS = [OpSpec("conv", reference, emit, tflm, macs)]
+
+ONNX = {"Conv": from_conv}

@@ -9,6 +9,8 @@ from grpo_edge.errors import ExportError
 
 from ..codegen import INT32_MAX, c_requant, c_struct
 from ..reference import i64, requantize
+from ..ir import TensorInfo
+from ..parse import attr, label
 from . import OpSpec
 
 
@@ -69,5 +71,46 @@ def macs(op, tensors):
     return int(op.attrs["weights"].size)
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def from_gemm(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
+        raise ExportError("%s: only alpha=1, beta=1, transA=0 are supported" % label(node))
+    s = p.source(node, node.input[1])
+    w = s[1] if s[0] == "const" else None
+    if w is None or w.ndim != 2:
+        raise ExportError("%s: weights must be a constant 2-D int8 tensor" % label(node))
+    trans_b = attr(node, "transB", 0)
+    out_f = w.shape[0] if trans_b else w.shape[1]
+    w, s_w = p.weights(node, 1, out_f)
+    w = w if trans_b else w.T
+    _fc(p, node, x, np.ascontiguousarray(w), s_w, 2)
+
+
+def from_mat_mul(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    s = p.source(node, node.input[1])
+    if s[0] != "const" or s[1].ndim != 2:
+        raise ExportError("%s: only activation x constant 2-D weight MatMul is supported" % label(node))
+    w, s_w = p.weights(node, 1, s[1].shape[1])
+    _fc(p, node, x, np.ascontiguousarray(w.T), s_w, None)
+
+
+def _fc(p, node, x, w, s_w, bias_index):
+    if len(x.shape) != 2 or x.shape[1] != w.shape[1]:
+        raise ExportError("%s: input shape %s does not match weights %s (flatten first)"
+                          % (label(node), x.shape, w.shape))
+    bias = p.bias(node, bias_index, w.shape[0], x.scale, s_w) if bias_index else np.zeros(w.shape[0], np.int32)
+    name, scale, zp = p.output_q(node)
+    out = TensorInfo(name, (1, w.shape[0]), scale, zp)
+    attrs = {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
+             "weight_scales": s_w.astype(np.float32)}
+    attrs.update(p.requant_params(x.scale, s_w, out))
+    p.add_op("fc", node, [x.name], out.shape, attrs)
+
+
 SPECS = [OpSpec("fc", reference, emit, tflm, macs),
          OpSpec("fc16", reference16, emit16, tflm, macs, int16=True)]
+
+ONNX = {"Gemm": from_gemm, "MatMul": from_mat_mul}

@@ -1,17 +1,49 @@
-"""Elementwise functions as tables: int8 lut (tanh, sigmoid, relu, requantize as 256 entries) and the
-16x8 tanh (TFLM's int16 rule).
+"""Elementwise functions as tables: int8 lut (tanh, sigmoid, hardswish, relu, clip, requantize as 256
+entries) and the 16x8 tanh (TFLM's int16 rule).
 
-NumPy reference, C emission (gx_lut / gx_tanh16), TFLite Micro mapping (TANH / LOGISTIC + QUANTIZE,
-RELU, QUANTIZE; TANH int16), MACs (one per output element).
+ONNX rules (Relu, Clip, Tanh, Sigmoid, HardSwish; QuantizeLinear after DequantizeLinear), NumPy reference,
+C emission (gx_lut / gx_tanh16), TFLite Micro mapping (TANH / LOGISTIC + QUANTIZE, HARD_SWISH, RELU,
+QUANTIZE; TANH int16), MACs (one per output element).
+
+A smooth function f is the table quantize(f(dequantize(q))) for the 256 int8 codes (FLOAT_FUNCTIONS): what
+onnxruntime's QDQ graph computes in float, so the C matches it, whatever f costs.
 """
 import numpy as np
 
-from grpo_edge.errors import TargetError
+from grpo_edge.errors import ExportError, TargetError
 
 from ..codegen import INT32_MAX, c_array, c_struct
 from ..reference import i64
 from ..tflm import REASON_TANH, nhwc
+from .. import reference as R
+from ..ir import Op, TensorInfo
+from ..parse import attr, label
 from . import OpSpec, elementwise_macs
+
+
+def requant_table(x, out, lo, hi):
+    """TFLM ReluQuantized / requantize rule as a table: zp_out + MBQM(q - zp_in, s_in / s_out), clamped."""
+    m, s = R.quantize_multiplier(float(x.scale) / float(out.scale))
+    q = np.arange(-128, 128, dtype=np.int64)
+    v = R.mbqm(q - x.zero_point, m, s) + out.zero_point
+    return R.clamp8(v, lo, hi)
+
+
+FLOAT_FUNCTIONS = {
+    "tanh": np.tanh,
+    "sigmoid": lambda r: 1.0 / (1.0 + np.exp(-r)),
+    "hardswish": lambda r: r * np.clip(r + 3.0, 0.0, 6.0) / 6.0,        # ONNX HardSwish: x * relu6(x + 3) / 6
+}
+
+
+def float_table(x, out, function):
+    """FLOAT_FUNCTIONS[function] as a table: quantize(f(dequantize(q))) in float64, rounding half away from zero."""
+    q = np.arange(-128, 128, dtype=np.float64)
+    real = float(x.scale) * (q - x.zero_point)
+    y = FLOAT_FUNCTIONS[function](real)
+    v = y / float(out.scale)
+    r = np.sign(v) * np.floor(np.abs(v) + 0.5)
+    return R.clamp8(r.astype(np.int64) + out.zero_point)
 
 
 def reference(x, p):
@@ -57,6 +89,8 @@ def tflm(b, i, op):
         b.op(B.TANH if f == "tanh" else B.LOGISTIC, [x], [mid])
         b.op(B.QUANTIZE, [mid], [b.act(y)])
         b.notes.append("op %d (%s): %s" % (i, f, REASON_TANH))
+    elif f == "hardswish":
+        b.op(B.HARD_SWISH, [x], [b.act(y)])          # equal to our table on all 256 codes (tests/test_esp32_models.py)
     elif f == "relu":
         b.op(B.RELU, [x], [b.act(y)])
     elif f == "requantize":
@@ -70,5 +104,72 @@ def tflm16(b, i, op):
     b.op(b.tfl.BuiltinOperator.TANH, [b.act(op.inputs[0])], [b.act(op.output)])
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def _elementwise(p, node, function, lo=None, hi=None):
+    x = p.tensors[p.act_input(node, 0)]
+    name, scale, zp = p.output_q(node)
+    out = TensorInfo(name, x.shape, scale, zp)
+    if function in ("relu", "clip"):
+        alo, ahi = R.activation_range("clip", out.scale, out.zero_point, lo, hi)
+        table = requant_table(x, out, alo, ahi)
+    else:
+        table = float_table(x, out, function)
+    p.add_op("lut", node, [x.name], x.shape, {"table": table, "function": function})
+
+
+def from_quantize_linear(p, node):
+    """Q(DQ(t)) with other parameters: a requantize table (same parameters: a reshape, no data moves). The
+    model's input Q and the Q after each compute node are the parser's (it reads them with the node)."""
+    d = p.producer.get(node.input[0])
+    if d is None or d.op_type != "DequantizeLinear" or d.input[0] not in p.tensors:
+        return
+    t = p.tensors[d.input[0]]
+    scale, zp = p.act_qparams(node)
+    name = node.output[0]
+    p.tensors[name] = TensorInfo(name, t.shape, scale, zp)
+    if scale == t.scale and zp == t.zero_point:
+        p.ops.append(Op("reshape", node.name or name, [t.name], name, {}))
+    elif p.qtype.get(name) == "int16" or p.qtype.get(t.name) == "int16":
+        raise ExportError("QuantizeLinear node %r: requantizing an int16 tensor is not supported" % (node.name or name))
+    else:
+        table = requant_table(t, p.tensors[name], -128, 127)
+        p.ops.append(Op("lut", node.name or name, [t.name], name, {"table": table, "function": "requantize"}))
+
+
+def from_relu(p, node):
+    _elementwise(p, node, "relu", 0.0, None)
+
+
+def from_clip(p, node):
+    lo = attr(node, "min")
+    hi = attr(node, "max")
+    for i, name in ((1, "lo"), (2, "hi")):
+        if len(node.input) > i and node.input[i]:
+            v = p.consts.get(node.input[i])
+            if v is None:
+                raise ExportError("%s: Clip bounds must be constants" % label(node))
+            if name == "lo":
+                lo = float(v)
+            else:
+                hi = float(v)
+    _elementwise(p, node, "clip", lo, hi)
+
+
+def from_tanh(p, node):
+    _elementwise(p, node, "tanh")
+
+
+def from_sigmoid(p, node):
+    _elementwise(p, node, "sigmoid")
+
+
+def from_hard_swish(p, node):
+    _elementwise(p, node, "hardswish")
+
+
 SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs),
          OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True)]
+
+ONNX = {"QuantizeLinear": from_quantize_linear, "Relu": from_relu, "Clip": from_clip, "Tanh": from_tanh, "Sigmoid": from_sigmoid,
+        "HardSwish": from_hard_swish}

@@ -5,11 +5,14 @@ NumPy reference, C emission (gx_pool), TFLite Micro mapping (MAX_POOL_2D, AVERAG
 """
 import numpy as np
 
-from grpo_edge.errors import TargetError
+from grpo_edge.errors import ExportError, TargetError
 
 from ..codegen import c_struct
 from ..tflm import nhwc
 from ..reference import check_int32, clamp8, i64, mbqm, pool_windows
+from .. import reference as R
+from ..ir import TensorInfo
+from ..parse import attr, label, pads as onnx_pads
 from . import OpSpec, elementwise_macs
 
 
@@ -88,5 +91,78 @@ def tflm(b, i, op):
                                filterWidth=kw, filterHeight=kh))
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def _pool(p, node, kind, kernel, strides, pads, mode=None):
+    x = p.tensors[p.act_input(node, 0)]
+    if len(x.shape) != 4:
+        raise ExportError("%s: pooling needs an NCHW input" % label(node))
+    name, scale, zp = p.output_q(node)
+    C, H, W = x.shape[1:]
+    oh = (H + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+    ow = (W + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+    out = TensorInfo(name, (1, C, oh, ow), scale, zp)
+    attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pads": tuple(pads),
+             "activation_min": -128, "activation_max": 127}
+    same = scale == x.scale and zp == x.zero_point
+    if kind == "maxpool" and not same:
+        raise ExportError("%s: MaxPool input and output quantization differ" % label(node))
+    if kind == "avgpool":
+        if mode is None:
+            mode = "round_div" if same else "mean"
+        if mode == "mean" and any(pads):
+            raise ExportError("%s: average pooling with padding needs equal input and output quantization"
+                              % label(node))
+        attrs["mode"] = mode
+        count = int(kernel[0] * kernel[1])
+        attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, scale, count)
+        attrs["count"] = count
+        attrs["input_zero_point"] = x.zero_point
+        attrs["output_offset"] = zp
+    return p.add_op(kind, node, [x.name], out.shape, attrs)
+
+
+def _pool_attrs(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    k = tuple(attr(node, "kernel_shape"))
+    st = tuple(attr(node, "strides", [1, 1]))
+    if attr(node, "ceil_mode", 0) or tuple(attr(node, "dilations", [1, 1])) != (1, 1):
+        raise ExportError("%s: ceil_mode and dilations are not supported" % label(node))
+    return k, st, onnx_pads(node, x.shape[2:], k, st, (1, 1))
+
+
+def from_max_pool(p, node):
+    if len(node.output) > 1 and node.output[1]:
+        raise ExportError("%s: MaxPool indices output is not supported" % label(node))
+    _pool(p, node, "maxpool", *_pool_attrs(p, node))
+
+
+def from_average_pool(p, node):
+    k, st, pads = _pool_attrs(p, node)
+    if attr(node, "count_include_pad", 0) and any(pads):
+        raise ExportError("%s: count_include_pad=1 with padding is not supported" % label(node))
+    _pool(p, node, "avgpool", k, st, pads)
+
+
+def from_global_average_pool(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    _pool(p, node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
+
+
+def from_reduce_mean(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    axes = attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = p.consts.get(node.input[1])
+    axes = sorted(int(a) % len(x.shape) for a in (axes if axes is not None else []))
+    if len(x.shape) != 4 or axes != [2, 3]:
+        raise ExportError("%s: ReduceMean only over the spatial axes (2, 3) of an NCHW tensor" % label(node))
+    t = _pool(p, node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
+    if not attr(node, "keepdims", 1):
+        t.shape = t.shape[:2]
+
+
 SPECS = [OpSpec("maxpool", reference_max, emit_max, tflm, elementwise_macs),
          OpSpec("avgpool", reference_avg, emit_avg, tflm, elementwise_macs)]
+
+ONNX = {"MaxPool": from_max_pool, "AveragePool": from_average_pool, "GlobalAveragePool": from_global_average_pool, "ReduceMean": from_reduce_mean}

@@ -5,9 +5,10 @@ an image is flattened).
 """
 import numpy as np
 
-from grpo_edge.errors import TargetError
+from grpo_edge.errors import ExportError, TargetError
 
 from ..tflm import nhwc
+from ..parse import attr, label
 from . import OpSpec
 
 
@@ -39,4 +40,55 @@ def macs(op, tensors):
     return 0
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def _alias(p, node, shape):
+    x = p.tensors[p.act_input(node, 0)]
+    name, scale, zp = p.output_q(node)
+    if int(np.prod(shape)) != x.size:
+        raise ExportError("%s: reshape from %s to %s changes the size" % (label(node), x.shape, shape))
+    if scale != x.scale or zp != x.zero_point:
+        raise ExportError("%s: input and output quantization differ" % label(node))
+    p.add_op("reshape", node, [x.name], shape, {})
+
+
+def from_flatten(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    axis = attr(node, "axis", 1) % max(len(x.shape), 1)
+    if axis != 1:
+        raise ExportError("%s: Flatten only with axis=1" % label(node))
+    _alias(p, node, (1, x.size))
+
+
+def from_reshape(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    shape = p.consts.get(node.input[1])
+    if shape is None:
+        raise ExportError("%s: the target shape must be a constant" % label(node))
+    shape = [int(d) for d in shape]
+    shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1]))
+        shape[shape.index(-1)] = x.size // max(known, 1)
+    if shape[0] != 1:
+        raise ExportError("%s: reshape must keep the batch dimension" % label(node))
+    _alias(p, node, tuple(shape))
+
+
+def from_squeeze(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    _alias(p, node, (1,) + tuple(d for d in x.shape[1:] if d != 1))
+
+
+def from_unsqueeze(p, node):
+    raise ExportError("%s: Unsqueeze is not supported" % label(node))
+
+
+def from_identity(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    _alias(p, node, x.shape)
+
+
 SPECS = [OpSpec("reshape", reference, emit, tflm, macs, int16=True)]
+
+ONNX = {"Flatten": from_flatten, "Reshape": from_reshape, "Squeeze": from_squeeze, "Unsqueeze": from_unsqueeze, "Identity": from_identity}

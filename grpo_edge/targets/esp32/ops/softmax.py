@@ -5,8 +5,12 @@ model's output scale is not TFLite's 1/256).
 """
 import numpy as np
 
+from grpo_edge.errors import ExportError
+
 from ..codegen import c_struct
 from ..tflm import nhwc
+from ..ir import TensorInfo
+from ..parse import attr, label
 from . import OpSpec, elementwise_macs
 
 
@@ -44,4 +48,19 @@ def tflm(b, i, op):
         b.op(B.QUANTIZE, [y], [b.act(op.output)])
 
 
+# -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def from_softmax(p, node):
+    from ..softmax_ref import softmax_params
+    x = p.tensors[p.act_input(node, 0)]
+    axis = attr(node, "axis", -1) % len(x.shape)
+    if axis != len(x.shape) - 1:
+        raise ExportError("%s: Softmax only over the last axis" % label(node))
+    name, scale, zp = p.output_q(node)
+    out = TensorInfo(name, x.shape, scale, zp)
+    p.add_op("softmax", node, [x.name], x.shape, softmax_params(x, out, node_label=label(node)))
+
+
 SPECS = [OpSpec("softmax", reference, emit, tflm, elementwise_macs)]
+
+ONNX = {"Softmax": from_softmax}
