@@ -52,6 +52,7 @@ def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
         for key in ("esp32s3", "esp32c3"):
             assert f["answer_time_%s_s" % key]["how"] == "estimated"
             assert f["answer_time_%s_s" % key]["value"] > 0
+        _check_text_per_op(rep["sections"], out, cross=False)
     # the firmware's host build answers piped prompts like the integer reference, and rejects bad ones
     ex = rep["sections"]["examples"]                          # prompt, fp32 and integer-reference answers
     exe = textfw.build_host(out / "firmware")
@@ -141,6 +142,23 @@ def test_reference_kernels_follow_tflite_int16_tables():
     assert np.array_equal(text_ref.isqrt64(v * v), np.abs(v))
 
 
+def _check_text_per_op(sections, out, cross):
+    """The decode step's per-op profile: every op of every layer once, in step order; the ops' instructions
+    add up to the unmarked step's exact count within the mark calls (5%); FC MACs are the weights' sizes;
+    the chart is a PNG."""
+    rows, t = sections["per_op"], sections["per_op_totals"]
+    layer_ops = ["ln1", "q", "k", "v", "att", "proj", "add_att", "ln2"]
+    layer_ops += ["xq", "xatt", "xproj", "add_xatt", "ln3", "fc", "out", "add_ffn"] if cross else ["fc", "act", "out",
+                                                                                                  "add_ffn"]
+    n_layer = sections["model"]["n_layer"]
+    assert [r["kind"] for r in rows] == ["embed"] + layer_ops * n_layer + ["lnf", "head", "logit_hash", "argmax"]
+    assert all(r["rv32_instructions"] > 0 for r in rows if r["kind"] != "act" or r["macs"])
+    assert abs(t["rv32_instructions_ops"] - t["rv32_instructions_model"]) <= 0.05 * t["rv32_instructions_model"]
+    d = sections["model"]["d"]
+    assert all(r["macs"] == d * d for r in rows if r["kind"] in ("q", "k", "v", "proj"))
+    assert (out / "per_op.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_zh_en_encoder_decoder_deploys_bit_exact_with_prompt_mode(tmp_path):
     out = tmp_path / "zh"
     rep = deploy_text(str(cached_text_checkpoint("zh-en-numbers")), "esp32s3", out,
@@ -150,6 +168,7 @@ def test_zh_en_encoder_decoder_deploys_bit_exact_with_prompt_mode(tmp_path):
     assert f["completions_identical_to_fp32"].value >= 0.98
     if rv32.available():
         assert f["rv32_bit_exact"].value is True
+        _check_text_per_op(rep.sections, out, cross=True)
     ex = rep.sections["examples"]
     got = textfw.run_prompt_mode(textfw.build_host(out / "firmware"), [e["prompt"] for e in ex] + ["abc"])
     assert got["selftest"].endswith("status=OK")

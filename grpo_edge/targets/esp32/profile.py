@@ -189,7 +189,7 @@ def _bars(ax, labels, series, xlabel, title):
         ax.legend(fontsize=8, loc="lower right")
 
 
-def per_op_chart(prof, path, title="rv32 instructions per op") -> Path:
+def per_op_chart(prof, path, title="rv32 instructions per op", per="inference") -> Path:
     """Bar charts of where the instructions go, op by op (PNG, written atomically): rv32imc instructions;
     beside it, when the profile has them, host instructions of ours and TFLite Micro's for the same op."""
     from grpo_edge.plots import pyplot, save_figure_atomic
@@ -199,7 +199,7 @@ def per_op_chart(prof, path, title="rv32 instructions per op") -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2 if host else 1, figsize=(13 if host else 7, 0.4 * len(rows) + 1.4), squeeze=False)
     _bars(axes[0][0], labels, [("ours", [r["rv32_instructions"] for r in rows], "#4c72b0")],
-          "rv32imc instructions per inference (exact count)", title)
+          "rv32imc instructions per %s (exact count)" % per, title)
     if host:
         _bars(axes[0][1], labels, [("ours (gcc -O2)", [r.get("host_instructions") for r in rows], "#4c72b0"),
                                    ("TFLite Micro", [r.get("tflm_host_instructions") for r in rows], "#dd8452")],

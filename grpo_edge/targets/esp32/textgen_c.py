@@ -22,6 +22,7 @@ import numpy as np
 from grpo_edge.report import atomic_write_text
 
 from .cc import CSRC, TEXT_HEADERS, check_prefix, write_headers  # noqa: F401  (check_prefix: textgen_s2s's)
+from .codegen import MARK
 
 KERNELS = CSRC / "gx_text_kernels.h"
 ERRORS = [("TOO_LONG", -1, "prompt longer than the model's context"),
@@ -70,7 +71,7 @@ def att_ref(a) -> str:
     return "{%d, %d, %d, %d, %d, %d}" % (a["sc_m"], a["sc_s"], a["sm_m"], a["sm_s"], a["y_m"], a["y_s"])
 
 
-COMMON_TYPES = """typedef struct { const int8_t *w; const int32_t *b; const int32_t *m; const int8_t *s;
+COMMON_TYPES = MARK + """typedef struct { const int8_t *w; const int32_t *b; const int32_t *m; const int8_t *s;
                  int n_in, n_out; int32_t lo, hi; } gxt_fc_t;
 typedef struct { const int32_t *m; const int8_t *s; const int32_t *b; int32_t eps; } gxt_ln_t;
 typedef struct { int32_t sc_m; int sc_s; int32_t sm_m; int sm_s; int32_t y_m; int y_s; } gxt_att_t;
@@ -211,44 +212,73 @@ int %(p)s_generate(const char *prompt, char *answer, int max_len)
 }
 """
 
+# The parts of a decode step that both generators share (micro-gpt here, the tiny-transformer's decoder in
+# textgen_s2s.py), %-formatted by step_parts(). GX_MARK(i) before each call is a boundary of the per-op profile
+# (STEP_OPS[i]; GX_MARK(len(STEP_OPS)) ends the step; a no-op unless the build defines it, codegen.MARK).
+STEP_OPS = ("embed", "ln1", "q", "k", "v", "att", "proj", "add_att", "ln2", "xq", "xatt", "xproj", "add_xatt",
+            "ln3", "fc", "act", "out", "add_ffn", "lnf", "head", "logit_hash", "argmax")
+
+ATTEND_C = """
+static void attend(const int16_t *q, const int16_t *kc, const int16_t *vc, int n, const gxt_att_t *a, int16_t *y)
+{
+    int hh;
+    for (hh = 0; hh < %(H)d; ++hh)
+        gxt_attend16(q + hh * %(hd)d, kc + hh * %(hd)d, vc + hh * %(hd)d, n, %(hd)d, %(D)d, a->sc_m, a->sc_s, a->sm_m,
+                     a->sm_s, a->y_m, a->y_s, exp_lut, recip_lut, 0, A_SC, y + hh * %(hd)d);
+}
+"""
+
+SELF_ATTENTION_C = """    GX_MARK(0);
+    for (i = 0; i < %(D)d; ++i)
+        x[i] = gx_sat16((int32_t)tok16[(long)token * %(D)d + i] + (int32_t)%(pos16)s[(long)%(pos)s * %(D)d + i]);
+    for (l = 0; l < %(L)d; ++l) {
+        const %(layer_t)s *ly = &%(layers)s[l];
+        int16_t *kc = A_KCACHE + (long)l * %(T)d * %(D)d, *vc = A_VCACHE + (long)l * %(T)d * %(D)d;
+        GX_MARK(1); ln(&ly->ln1, x, %(D)d, h);
+        GX_MARK(2); fc(&ly->q, h, A_Q);
+        GX_MARK(3); fc(&ly->k, h, kc + (long)%(pos)s * %(D)d);
+        GX_MARK(4); fc(&ly->v, h, vc + (long)%(pos)s * %(D)d);
+        GX_MARK(5); attend(A_Q, kc, vc, %(pos)s + 1, &ly->att, A_Y);
+        GX_MARK(6); fc(&ly->proj, A_Y, h);
+        GX_MARK(7); gxt_add16(x, h, %(D)d);
+        GX_MARK(8); ln(&ly->ln2, x, %(D)d, h);
+"""
+
+HEAD_C = """    GX_MARK(18); ln(&lnf, x, %(D)d, h);
+    GX_MARK(19); fc(&head, h, A_LOGITS);
+    GX_MARK(20); %(p)s_logit_hash = gx_fnv1a(%(p)s_logit_hash, A_LOGITS, (int)(%(V)d * sizeof(int16_t)));
+    GX_MARK(21); token = gxt_argmax16(A_LOGITS, %(V)d);
+    GX_MARK(22);
+    return token;
+"""
+
+
+def step_parts(sizes, pos, pos16, layer_t, layers) -> dict:
+    """The shared decode-step C (attend(), the embedding and a layer's self-attention half, the head) for
+    the %(attend)s, %(self_attention)s and %(head)s slots of a runtime template."""
+    v = dict(sizes, pos=pos, pos16=pos16, layer_t=layer_t, layers=layers)
+    return {"attend": ATTEND_C % v, "self_attention": SELF_ATTENTION_C % v, "head": HEAD_C % v}
+
+
 GPT_RUNTIME_C = """
 const int16_t *%(p)s_logits(void)
 {
     return A_LOGITS;
 }
 
+%(attend)s
 /* One decode step: token at position pos (0 <= pos < CTX). Returns the argmax, or -1 without logits. */
 static int step(int token, int pos, int want_logits)
 {
-    int16_t *x = A_X, *h = A_H, *q = A_Q, *y = A_Y;
-    int i, l, hh;
-    for (i = 0; i < %(D)d; ++i)
-        x[i] = gx_sat16((int32_t)tok16[(long)token * %(D)d + i] + (int32_t)pos16[(long)pos * %(D)d + i]);
-    for (l = 0; l < %(L)d; ++l) {
-        const layer_t *ly = &layers[l];
-        int16_t *kc = A_KCACHE + (long)l * %(T)d * %(D)d, *vc = A_VCACHE + (long)l * %(T)d * %(D)d;
-        ln(&ly->ln1, x, %(D)d, h);
-        fc(&ly->q, h, q);
-        fc(&ly->k, h, kc + (long)pos * %(D)d);
-        fc(&ly->v, h, vc + (long)pos * %(D)d);
-        for (hh = 0; hh < %(H)d; ++hh)
-            gxt_attend16(q + hh * %(hd)d, kc + hh * %(hd)d, vc + hh * %(hd)d, pos + 1, %(hd)d, %(D)d,
-                         ly->att.sc_m, ly->att.sc_s, ly->att.sm_m, ly->att.sm_s, ly->att.y_m, ly->att.y_s,
-                         exp_lut, recip_lut, 0, A_SC, y + hh * %(hd)d);
-        fc(&ly->proj, y, h);
-        gxt_add16(x, h, %(D)d);
-        ln(&ly->ln2, x, %(D)d, h);
-        fc(&ly->fc, h, A_F);
-        if (ly->act) gxt_lut16_vec(A_F, %(F)d, ly->act);
-        fc(&ly->out, A_F, h);
-        gxt_add16(x, h, %(D)d);
+    int16_t *x = A_X, *h = A_H;
+    int i, l;
+%(self_attention)s        GX_MARK(14); fc(&ly->fc, h, A_F);
+        GX_MARK(15); if (ly->act) gxt_lut16_vec(A_F, %(F)d, ly->act);
+        GX_MARK(16); fc(&ly->out, A_F, h);
+        GX_MARK(17); gxt_add16(x, h, %(D)d);
     }
     if (!want_logits) return -1;
-    ln(&lnf, x, %(D)d, h);
-    fc(&head, h, A_LOGITS);
-    %(p)s_logit_hash = gx_fnv1a(%(p)s_logit_hash, A_LOGITS, (int)(%(V)d * sizeof(int16_t)));
-    return gxt_argmax16(A_LOGITS, %(V)d);
-}
+%(head)s}
 
 int %(p)s_prefill(const int16_t *ids)
 {
@@ -273,15 +303,19 @@ int %(p)s_decode(int token, int pos)
 """
 
 
+def header_start(p, P, cfg, what) -> str:
+    """The generated header's stamp, include guard and the parts both generators share (header_common)."""
+    return ("/* generated by grpo-edge (ESP32 text path): %s %s; do not edit */\n"
+            "#ifndef %s_TEXT_H\n#define %s_TEXT_H\n#include <stdint.h>\n\n" % (p, what, P, P)) + header_common(p, P, cfg)
+
+
 def generate_c(q, prefix) -> dict:
     """{"header": text, "source": text, "arena": plan} for a micro-gpt integer model."""
     p, P = check_prefix(prefix), prefix.upper()
     c, prm, K = q["cfg"], q["p"], q["const"]
     D, H, hd, F, V, T, L = c["d"], c["n_head"], c["hd"], c["ff"], c["vocab"], c["ctx"], c["n_layer"]
     plan = arena_plan(c)
-    hdr = ("/* generated by grpo-edge (ESP32 text path): %s micro-gpt d%d x %d layers, %d heads; do not edit */\n"
-           "#ifndef %s_TEXT_H\n#define %s_TEXT_H\n#include <stdint.h>\n\n" % (p, D, L, H, P, P))
-    hdr += header_common(p, P, c)
+    hdr = header_start(p, P, c, "micro-gpt d%d x %d layers, %d heads" % (D, L, H))
     hdr += ("#define %s_D %d\n#define %s_LAYERS %d\n#define %s_HEADS %d\n#define %s_CTX %d\n#define %s_ARENA_BYTES %d\n"
             "#define %s_FIRST_POS %s_INPUT_LEN   /* position of the first token fed back to P_decode */\n"
             % (P, D, P, L, P, H, P, T, P, plan["bytes"], P, P))
@@ -311,17 +345,24 @@ def generate_c(q, prefix) -> dict:
     src.append("static const layer_t layers[%d] = {\n%s\n};\n" % (L, ",\n".join(inits)))
     src.append("static const gxt_ln_t lnf = %s;\nstatic const gxt_fc_t head = %s;\n\n" % (
         ln_ref("lnf", prm["lnf"]), fc_ref("head", prm["head"])))
-    src.append("/* arena: %s */\nstatic int16_t arena[%d];\n" % (
-        ", ".join("%s %d@%d" % (k, n, o) for k, (o, n) in plan["buffers"].items()), plan["elements"]))
-    for k, (o, n) in plan["buffers"].items():
-        src.append("#define A_%s (arena + %d)\n" % (k.upper(), o))
-    src.append("uint32_t %s_logit_hash;\n\n" % p)
-    src.append(tokenizer_c(p, P, c))
-    src.append(GPT_RUNTIME_C % {"p": p, "P": P, "D": D, "L": L, "T": T, "H": H, "hd": hd, "F": F, "V": V})
-    src.append(GENERATE_C % {"p": p, "P": P, "FIRST_POS": P + "_INPUT_LEN"})
+    sizes = {"p": p, "P": P, "D": D, "L": L, "T": T, "H": H, "hd": hd, "F": F, "V": V}
+    src += source_tail(c, plan, GPT_RUNTIME_C % dict(sizes, **step_parts(sizes, "pos", "pos16", "layer_t", "layers")),
+                       sizes, P + "_INPUT_LEN")
     # kcache and vcache must be adjacent for the one-loop reset above
     assert plan["buffers"]["vcache"][0] == plan["buffers"]["kcache"][0] + L * T * D
     return {"header": hdr, "source": "".join(src), "arena": plan}
+
+
+def source_tail(cfg, plan, runtime, sizes, first_pos, state="") -> list:
+    """The end of either generator's source: the arena and its buffers, `state` (other static variables),
+    the logit hash, the tokenizer, the formatted runtime (step, prefill, decode) and P_generate."""
+    p, P = sizes["p"], sizes["P"]
+    out = ["/* arena: %s */\nstatic int16_t arena[%d];\n" % (
+        ", ".join("%s %d@%d" % (k, n, o) for k, (o, n) in plan["buffers"].items()), plan["elements"])]
+    out += ["#define A_%s (arena + %d)\n" % (k.upper(), o) for k, (o, n) in plan["buffers"].items()]
+    out += [state + "uint32_t %s_logit_hash;\n\n" % p, tokenizer_c(p, P, cfg), runtime,
+            GENERATE_C % {"p": p, "P": P, "FIRST_POS": first_pos}]
+    return out
 
 
 def write(gen, out_dir, prefix) -> dict:

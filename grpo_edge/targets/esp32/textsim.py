@@ -143,12 +143,13 @@ void *memcpy(void *d, const void *s, size_t n) { unsigned char *p = (unsigned ch
 """
 
 
-def build_rv32(q, prefix, workdir) -> Path:
+def build_rv32(q, prefix, workdir, sources=(), extra=()) -> Path:
+    """The generated text C (+ sources, with extra flags: text_profile's marks) as a bare rv32 ELF."""
     work = Path(workdir)
     files = write_c(q, work, prefix)
     (work / "rv_libc.c").write_text(RV_MAIN)
-    return rv32.cross_compile([files["source"], work / "rv_libc.c"], work / (prefix + "_text_rv32.elf"),
-                              prefix + "_prefill", work)
+    return rv32.cross_compile([files["source"], work / "rv_libc.c"] + list(sources), work / (prefix + "_text_rv32.elf"),
+                              prefix + "_prefill", work, extra=extra)
 
 
 class TextMachine(rv32.Program):
@@ -158,15 +159,20 @@ class TextMachine(rv32.Program):
         self.prefix, self.first_pos = prefix, first_pos
         super().__init__(elf_path, [prefix + n for n in ("_prefill", "_decode", "_logits", "_logit_hash")])
 
-    def generate(self, ids, max_new):
-        """ids (input_len,) -> (tokens up to and with EOS, logit hash, prefill instructions, [decode instructions])."""
+    def generate(self, ids, max_new, on_call=None):
+        """ids (input_len,) -> (tokens up to and with EOS, logit hash, prefill instructions, [decode instructions]).
+        on_call(kind, pos), if given, runs after the prefill ("prefill", 0) and after each decode ("decode", pos)."""
         self.uc.mem_write(rv32.IO_BASE, np.asarray(ids, "<i2").tobytes())
         tok, n_pre = self.call(self.prefix + "_prefill", rv32.IO_BASE)
+        if on_call is not None:
+            on_call("prefill", 0)
         toks, dec = [tok], []
         for s in range(max_new - 1):
             if tok == 2:
                 break
             tok, n = self.call(self.prefix + "_decode", tok, self.first_pos + s)
+            if on_call is not None:
+                on_call("decode", self.first_pos + s)
             toks.append(tok)
             dec.append(n)
         h = int.from_bytes(bytes(self.uc.mem_read(self.addr[self.prefix + "_logit_hash"], 4)), "little")
