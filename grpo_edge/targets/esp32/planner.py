@@ -69,12 +69,9 @@ def lifetimes(graph) -> (Dict[str, Buffer], Dict[str, str]):
 
 
 def scratch_bytes(op, graph) -> int:
-    """Temporary bytes an op needs during its own run: a conv's two im2col columns
-    (GX_CONV_SCRATCH in csrc/gx_kernels.h)."""
-    if op.kind == "conv":
-        _, cg, kh, kw = op.attrs["weights"].shape
-        return 2 * cg * kh * kw
-    return 0
+    """Temporary bytes an op needs during its own run (its OpSpec's scratch: a conv's two im2col columns)."""
+    from .ops import OPS
+    return int(OPS[op.kind].scratch(op)) if op.kind in OPS else 0
 
 
 def plan(graph) -> Plan:

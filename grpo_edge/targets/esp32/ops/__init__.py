@@ -12,6 +12,8 @@ Each op module holds, for its kinds (int8 and 16x8 side by side):
   tflm(b, i, op)                           the TFLite operators for the baseline (tflm._Builder)
   macs(op, tensors) -> int                 multiply-accumulates (or elementwise work) per inference
   int16                                    True when the 16x8 path (int16 activations) has the kind
+  scratch(op) -> int                       temporary bytes the kernel needs while it runs (planner.py puts
+                                           them in the arena); none by default
 The 16x8 variants are made from the int8 graph after parsing (int16_ref.to_16x8).
 
 Adding an op: its module here (listed in MODULES) with its ONNX rule and SPECS, its kernel in
@@ -23,11 +25,16 @@ rv32). docs/architecture.md has the worked steps.
 class OpSpec(object):
     """What one op kind brings: see the module docstring."""
 
-    def __init__(self, kind, reference, emit, tflm, macs, int16=False):
+    def __init__(self, kind, reference, emit, tflm, macs, int16=False, scratch=None):
         self.kind, self.reference, self.emit, self.tflm, self.macs, self.int16 = kind, reference, emit, tflm, macs, int16
+        self.scratch = scratch or no_scratch
 
     def __repr__(self):
         return "OpSpec(%r)" % self.kind
+
+
+def no_scratch(op):
+    return 0
 
 
 def elementwise_macs(op, tensors):

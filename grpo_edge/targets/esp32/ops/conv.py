@@ -135,6 +135,12 @@ def from_conv(p, node):
     p.add_op("conv", node, [x.name], out.shape, attrs)
 
 
-SPECS = [OpSpec("conv", reference, emit, tflm, macs)]
+def scratch(op):
+    """Two im2col columns of one output pixel, int8 (GX_CONV_SCRATCH in csrc/gx_kernels.h)."""
+    _, cg, kh, kw = op.attrs["weights"].shape
+    return 2 * cg * kh * kw
+
+
+SPECS = [OpSpec("conv", reference, emit, tflm, macs, scratch=scratch)]
 
 ONNX = {"Conv": from_conv}
