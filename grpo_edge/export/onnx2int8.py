@@ -29,6 +29,9 @@ ACTIVATIONS = ("int8", "int16")
 WEIGHT_ROUNDING = ("nearest", "gptq")
 # TFLite's 16x8 mode fixes these ops' int16 output parameters (scale 1/32768, zero point 0).
 FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
+# Elementwise activations that ORT's default op list leaves out: quantized too, so that two of them in a row
+# (Gelu then HardSigmoid) still get an int8 edge between them.
+ACTIVATION_OPS = ("Tanh", "Sigmoid", "HardSwish", "HardSigmoid", "LeakyRelu", "Relu", "Clip", "Gelu", "FastGelu")
 INT16_HEADROOM = 2.0       # int16 activation ranges: this many times the calibration range (minmax)
 MIN_SAMPLES = 100
 
@@ -42,7 +45,8 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
       holds one array per input name, or one array for a single-input model); or a list of feed dicts
       whose shapes may differ (decode steps with a growing KV cache), in memory or as a feed-set .npz
       (grpo_edge.export.decode_calibration). Feeds of varying shape support method "minmax" only.
-    op_types: quantize only these op types (e.g. ["MatMul", "Gemm"]); None = every op ORT can quantize.
+    op_types: quantize only these op types (e.g. ["MatMul", "Gemm"]); None = every op ORT can quantize and
+      every elementwise activation (ACTIVATION_OPS).
     activations: "int8" (asymmetric) or "int16" (TFLite's 16x8 mode: symmetric int16 activations, int8
       weights; tanh/sigmoid outputs fixed at scale 1/32768; other ranges INT16_HEADROOM x the calibration
       range with minmax; ORT raises the opset to 21 for it).
@@ -159,7 +163,7 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
                             activation_type=QuantType.QInt16 if activations == "int16" else QuantType.QInt8,
                             weight_type=QuantType.QInt8,
                             per_channel=per_channel, reduce_range=reduce_range, calibrate_method=cm,
-                            op_types_to_quantize=list(op_types) if op_types else None,
+                            op_types_to_quantize=list(op_types) if op_types else _default_op_types(src),
                             extra_options=extra)
     except ExportError:
         raise
@@ -168,6 +172,14 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         raise ExportError("int8 quantization of %s failed (%s)" % (src, msg[:300]))
     finally:
         root.setLevel(level)
+
+
+def _default_op_types(src) -> list:
+    """ORT's own list of quantizable ops, plus the activations in the model that it leaves out."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+    from grpo_edge.export.onnx_utils import load_onnx
+    present = {n.op_type for n in load_onnx(src).graph.node}
+    return sorted(set(QLinearOpsRegistry) | set(QDQRegistry) | (present & set(ACTIVATION_OPS)))
 
 
 def _int16_overrides(src, data, method) -> dict:

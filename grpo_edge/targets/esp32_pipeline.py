@@ -106,9 +106,16 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
 def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding=None, method="minmax",
                         min_agreement=MIN_AGREEMENT, action_range=None) -> dict:
     """Quantize `fp32` as asked (or int8, then 16x8 when int8 agrees on < min_agreement of the calibration
-    decisions). Returns {chosen, chosen_path, candidates: [{activations, weight_rounding, path,
-    agreement_calibration | error}], rule}."""
+    decisions), after fusing its decomposed activations (export/onnx_fuse.py; model.fused.onnx when any).
+    Returns {chosen, chosen_path, candidates: [{activations, weight_rounding, path, agreement_calibration |
+    error}], rule, fusions}."""
     from grpo_edge.export.onnx2int8 import onnx2int8
+    from grpo_edge.export.onnx_fuse import fuse_onnx
+    fused = Path(out_dir) / "model.fused.onnx"
+    fusions = fuse_onnx(fp32, fused)         # decomposed GELUs -> one node each (a table once quantized)
+    src = fused if fusions else fp32
+    if not fusions:
+        fused.unlink()
     forms = {"int8": ("int8", rounding or "nearest", "model.int8.onnx"),
              "int16": ("int16", rounding or "gptq", "model.a16w8.onnx")}
     order = ["int8", "int16"] if activations == "auto" else [activations]
@@ -119,7 +126,7 @@ def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding
         path = Path(out_dir) / name
         cand = {"activations": acts, "weight_rounding": wr, "path": str(path)}
         try:
-            onnx2int8(fp32, calib, path, method=method, activations=acts, weight_rounding=wr)
+            onnx2int8(src, calib, path, method=method, activations=acts, weight_rounding=wr)
             cand["agreement_calibration"] = decision_agreement(path, fp32, x, action_range) if x is not None else None
         except (ExportError, TargetError) as e:
             if activations != "auto":
@@ -139,7 +146,8 @@ def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding
     rule = ("asked for %s" % activations if activations != "auto" else
             "int8 first; 16x8 (int16 activations, GPTQ-rounded int8 weights) when int8 decisions agree with "
             "fp32 on < %.3g of the calibration states, kept if it agrees more" % min_agreement)
-    return {"chosen": best["activations"], "chosen_path": best["path"], "candidates": cands, "rule": rule}
+    return {"chosen": best["activations"], "chosen_path": best["path"], "candidates": cands, "rule": rule,
+            "fusions": fusions}
 
 
 def decision_agreement(qdq_path, fp32_path, x, action_range=None) -> float:

@@ -160,7 +160,8 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
         rep.notes.append("Arithmetic: TFLite 16x8 rules (int16 activations, int8 weights, int32 bias and accumulator, "
                          "double rounding; TFLM's int16 tanh).")
     else:
-        rep.notes.append("Arithmetic: TFLite int8 rules, double rounding (TFLM default); tanh/sigmoid as 256-entry tables.")
+        rep.notes.append("Arithmetic: TFLite int8 rules, double rounding (TFLM default); elementwise functions (tanh, "
+                         "sigmoid, GELU, HardSwish, ...) as 256-entry tables.")
     rep.add("activations", graph.activation_dtype, "", "exact", "activation type of the generated code (weights int8)")
     if quantization:
         q = quantization
@@ -170,6 +171,10 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
                              "%s/%s %s" % (c["activations"], c["weight_rounding"],
                                            "%.3f" % c["agreement_calibration"] if c.get("agreement_calibration") is not None
                                            else c.get("error", "n/a")) for c in q.get("candidates", []))))
+        if q.get("fusions"):
+            rep.notes.append("Before quantizing, fused: %s (export/onnx_fuse.py: one node, so one int8 table, per "
+                             "activation)." % "; ".join("%s at %s from %d nodes" % (f["op"], f["node"], len(f["nodes"]))
+                                                        for f in q["fusions"]))
     rep.sections["model"] = graph.summary()
     rep.sections["fit_check"] = fit
     rep.add("arena_bytes", gen.plan.arena_bytes, "B", "exact", "buffer-lifetime planner (no reuse: %d B)" % gen.plan.naive_bytes)

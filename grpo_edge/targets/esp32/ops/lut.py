@@ -1,9 +1,11 @@
-"""Elementwise functions as tables: int8 lut (tanh, sigmoid, hardswish, relu, clip, requantize as 256
-entries) and the 16x8 tanh (TFLM's int16 rule).
+"""Elementwise functions as tables: int8 lut (tanh, sigmoid, hardswish, gelu (erf and tanh forms),
+hardsigmoid, leakyrelu, relu, clip, requantize as 256 entries) and the 16x8 tanh (TFLM's int16 rule).
 
-ONNX rules (Relu, Clip, Tanh, Sigmoid, HardSwish; QuantizeLinear after DequantizeLinear), NumPy reference,
-C emission (gx_lut / gx_tanh16), TFLite Micro mapping (TANH / LOGISTIC + QUANTIZE, HARD_SWISH, RELU,
-QUANTIZE; TANH int16), MACs (one per output element).
+ONNX rules (Relu, Clip, Tanh, Sigmoid, HardSwish, Gelu / FastGelu (com.microsoft, made by
+export/onnx_fuse.py from torch's decomposed GELU; or ONNX Gelu), HardSigmoid, LeakyRelu; QuantizeLinear
+after DequantizeLinear), NumPy reference, C emission (gx_lut / gx_tanh16), TFLite Micro mapping
+(TANH / LOGISTIC + QUANTIZE, HARD_SWISH, GELU, LEAKY_RELU, RELU, QUANTIZE; TANH int16; HardSigmoid has no
+TFLM builtin), MACs (one per output element).
 
 A smooth function f is the table quantize(f(dequantize(q))) for the 256 int8 codes (FLOAT_FUNCTIONS): what
 onnxruntime's QDQ graph computes in float, so the C matches it, whatever f costs.
@@ -29,18 +31,35 @@ def requant_table(x, out, lo, hi):
     return R.clamp8(v, lo, hi)
 
 
+REASON_FIXED_POINT = ("TFLM computes int8 %s in fixed point; our 256-entry table is quantize(f(dequantize(q))), "
+                      "which matches onnxruntime: they can differ by 1 LSB on a few codes")
+NO_TFLM = {"gelu": "the pip tflite-micro build registers no GELU kernel (\"Didn't find op for builtin opcode "
+                   "'GELU'\")", "hardsigmoid": "TFLite has no HARD_SIGMOID builtin"}
+NO_TFLM["gelu_tanh"] = NO_TFLM["gelu"]
+
+
+def _erf(r):
+    import math
+    return np.vectorize(math.erf, otypes=[np.float64])(r)
+
+
 FLOAT_FUNCTIONS = {
-    "tanh": np.tanh,
-    "sigmoid": lambda r: 1.0 / (1.0 + np.exp(-r)),
-    "hardswish": lambda r: r * np.clip(r + 3.0, 0.0, 6.0) / 6.0,        # ONNX HardSwish: x * relu6(x + 3) / 6
+    "tanh": lambda r, a: np.tanh(r),
+    "sigmoid": lambda r, a: 1.0 / (1.0 + np.exp(-r)),
+    "hardswish": lambda r, a: r * np.clip(r + 3.0, 0.0, 6.0) / 6.0,        # ONNX HardSwish: x * relu6(x + 3) / 6
+    "gelu": lambda r, a: 0.5 * r * (1.0 + _erf(r / np.sqrt(2.0))),
+    "gelu_tanh": lambda r, a: 0.5 * r * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (r + 0.044715 * r ** 3))),
+    "hardsigmoid": lambda r, a: np.clip(a["alpha"] * r + a["beta"], 0.0, 1.0),
+    "leakyrelu": lambda r, a: np.where(r >= 0, r, a["alpha"] * r),
 }
 
 
-def float_table(x, out, function):
-    """FLOAT_FUNCTIONS[function] as a table: quantize(f(dequantize(q))) in float64, rounding half away from zero."""
+def float_table(x, out, function, params=None):
+    """FLOAT_FUNCTIONS[function] (with its params: alpha, beta) as a table: quantize(f(dequantize(q))) in
+    float64, rounding half away from zero."""
     q = np.arange(-128, 128, dtype=np.float64)
     real = float(x.scale) * (q - x.zero_point)
-    y = FLOAT_FUNCTIONS[function](real)
+    y = FLOAT_FUNCTIONS[function](real, params or {})
     v = y / float(out.scale)
     r = np.sign(v) * np.floor(np.abs(v) + 0.5)
     return R.clamp8(r.astype(np.int64) + out.zero_point)
@@ -90,7 +109,15 @@ def tflm(b, i, op):
         b.op(B.QUANTIZE, [mid], [b.act(y)])
         b.notes.append("op %d (%s): %s" % (i, f, REASON_TANH))
     elif f == "hardswish":
-        b.op(B.HARD_SWISH, [x], [b.act(y)])          # equal to our table on all 256 codes (tests/test_esp32_models.py)
+        b.op(B.HARD_SWISH, [x], [b.act(y)])
+        b.notes.append("op %d (hardswish): %s" % (i, REASON_FIXED_POINT % "HARD_SWISH"))
+    elif f in ("gelu", "gelu_tanh", "hardsigmoid"):
+        raise TargetError("no TFLM mapping for %s (node %r): %s" % (f, op.name, NO_TFLM[f]))
+    elif f == "leakyrelu":
+        o = b.tfl.LeakyReluOptionsT()
+        o.alpha = op.attrs["alpha"]
+        b.op(B.LEAKY_RELU, [x], [b.act(y)], b.tfl.BuiltinOptions.LeakyReluOptions, o)
+        b.notes.append("op %d (leakyrelu): %s" % (i, REASON_FIXED_POINT % "LEAKY_RELU"))
     elif f == "relu":
         b.op(B.RELU, [x], [b.act(y)])
     elif f == "requantize":
@@ -106,7 +133,7 @@ def tflm16(b, i, op):
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
-def _elementwise(p, node, function, lo=None, hi=None):
+def _elementwise(p, node, function, lo=None, hi=None, params=None):
     x = p.tensors[p.act_input(node, 0)]
     name, scale, zp = p.output_q(node)
     out = TensorInfo(name, x.shape, scale, zp)
@@ -114,8 +141,8 @@ def _elementwise(p, node, function, lo=None, hi=None):
         alo, ahi = R.activation_range("clip", out.scale, out.zero_point, lo, hi)
         table = requant_table(x, out, alo, ahi)
     else:
-        table = float_table(x, out, function)
-    p.add_op("lut", node, [x.name], x.shape, {"table": table, "function": function})
+        table = float_table(x, out, function, params)
+    p.add_op("lut", node, [x.name], x.shape, dict(params or {}, table=table, function=function))
 
 
 def from_quantize_linear(p, node):
@@ -168,8 +195,33 @@ def from_hard_swish(p, node):
     _elementwise(p, node, "hardswish")
 
 
+def from_gelu(p, node):
+    """com.microsoft Gelu (erf form; onnx_fuse.py makes it from torch's decomposed GELU), or ONNX Gelu
+    (opset 20) with its approximate attribute."""
+    approx = attr(node, "approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    _elementwise(p, node, "gelu_tanh" if approx == "tanh" else "gelu")
+
+
+def from_fast_gelu(p, node):
+    """com.microsoft FastGelu: the tanh form (a bias input is not supported)."""
+    if len(node.input) > 1 and node.input[1]:
+        raise ExportError("%s: FastGelu with a bias input is not supported" % label(node))
+    _elementwise(p, node, "gelu_tanh")
+
+
+def from_hard_sigmoid(p, node):
+    _elementwise(p, node, "hardsigmoid", params={"alpha": float(attr(node, "alpha", 0.2)),
+                                                 "beta": float(attr(node, "beta", 0.5))})
+
+
+def from_leaky_relu(p, node):
+    _elementwise(p, node, "leakyrelu", params={"alpha": float(attr(node, "alpha", 0.01))})
+
+
 SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs),
          OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True)]
 
 ONNX = {"QuantizeLinear": from_quantize_linear, "Relu": from_relu, "Clip": from_clip, "Tanh": from_tanh, "Sigmoid": from_sigmoid,
-        "HardSwish": from_hard_swish}
+        "HardSwish": from_hard_swish, "Gelu": from_gelu, "FastGelu": from_fast_gelu, "HardSigmoid": from_hard_sigmoid,
+        "LeakyRelu": from_leaky_relu}

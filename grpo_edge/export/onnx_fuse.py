@@ -1,0 +1,199 @@
+"""Fuse decomposed activations in an fp32 ONNX graph before quantization: one node per function.
+
+    fusions = fuse_onnx("model.onnx", "model.fused.onnx")    # [{"op": "Gelu", "node": ..., "nodes": [...]}]
+
+torch's exporter (opset < 20) writes GELU as five or nine elementwise nodes. Quantized as they are, every
+one of them gets its own QuantizeLinear / DequantizeLinear pair, so the int8 model rounds four to eight
+times inside one activation, and a compiler meets a Div or a Mul, not a GELU. Fused first, the quantizer sees
+one node, whose int8 form is a single table (quantize(gelu(dequantize(q)))), the way TFLite's converter
+fuses GELU:
+- erf form: x * (erf(x / sqrt(2)) + 1) * 0.5 (also with x * 0.5 first) -> com.microsoft Gelu;
+- tanh form: x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) -> com.microsoft FastGelu.
+onnxruntime runs both contrib ops (CPU). A pattern whose inner tensors are read by another node is left
+as it is. The fused graph computes the same function in float (up to float rounding).
+"""
+import math
+
+import numpy as np
+
+MS_DOMAIN = "com.microsoft"
+
+
+class _Graph(object):
+    """Producer / consumer maps and constant values of an ONNX graph, for matching."""
+
+    def __init__(self, model):
+        from onnx import numpy_helper
+        g = model.graph
+        self.consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+        for n in g.node:
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+                self.consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        self.producer = {o: n for n in g.node for o in n.output}
+        self.consumers = {}
+        for n in g.node:
+            for i in n.input:
+                self.consumers.setdefault(i, []).append(n)
+        self.outputs = {o.name for o in g.output}
+
+    def only_consumer(self, tensor, op_type):
+        """The one node that reads `tensor`, when it is of op_type and the tensor is not a graph output."""
+        c = self.consumers.get(tensor, [])
+        return c[0] if len(c) == 1 and c[0].op_type == op_type and tensor not in self.outputs else None
+
+    def scalar(self, name):
+        v = self.consts.get(name)
+        return float(np.asarray(v).reshape(-1)[0]) if v is not None and np.asarray(v).size == 1 else None
+
+    def const_side(self, node):
+        """A binary node with one scalar constant input -> (its other input, the constant), else (None, None)."""
+        for i, j in ((0, 1), (1, 0)):
+            v = self.scalar(node.input[i])
+            if v is not None:
+                return node.input[j], v
+        return None, None
+
+    def other_input(self, node, tensor):
+        """(the input of a binary node that is not `tensor`, its constant value or None)."""
+        other = node.input[1] if node.input[0] == tensor else node.input[0]
+        return other, self.scalar(other)
+
+
+def _close(v, want):
+    return v is not None and abs(v - want) <= 1e-4 * max(1.0, abs(want))
+
+
+def _match_erf(g, erf):
+    """erf node -> (x, [nodes], output) of x * (erf(x / sqrt 2) + 1) * 0.5, or None."""
+    d = g.producer.get(erf.input[0])
+    if d is None or d.op_type not in ("Div", "Mul") or d.input[0] in g.consts:
+        return None
+    x, c = d.input[0], g.scalar(d.input[1])
+    if not (_close(c, math.sqrt(2.0)) if d.op_type == "Div" else _close(c, 1.0 / math.sqrt(2.0))):
+        return None
+    add = g.only_consumer(erf.output[0], "Add")
+    if add is None or not _close(g.other_input(add, erf.output[0])[1], 1.0):
+        return None
+    return _tail(g, x, add, [d, erf, add])
+
+
+def _match_tanh(g, tanh):
+    """tanh node -> (x, [nodes], output) of x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), or None."""
+    m = g.producer.get(tanh.input[0])
+    if m is None or m.op_type != "Mul":
+        return None
+    inner, k = g.const_side(m)
+    a = g.producer.get(inner)
+    if not _close(k, math.sqrt(2.0 / math.pi)) or a is None or a.op_type != "Add":
+        return None
+    cube = _cube_term(g, a)
+    if cube is None:
+        return None
+    x, nodes = cube
+    add1 = g.only_consumer(tanh.output[0], "Add")
+    if add1 is None or not _close(g.other_input(add1, tanh.output[0])[1], 1.0):
+        return None
+    return _tail(g, x, add1, nodes + [a, m, tanh, add1])
+
+
+def _cube_term(g, add):
+    """Add(x, 0.044715 * x^3) -> (x, the cube's nodes), or None (x^3 as x*x*x or Pow(x, 3))."""
+    for x in add.input:
+        other = add.input[1] if add.input[0] == x else add.input[0]
+        s = g.producer.get(other)
+        if s is None or s.op_type != "Mul":
+            continue
+        inner, c = g.const_side(s)
+        cube = g.producer.get(inner)
+        if not _close(c, 0.044715) or cube is None:
+            continue
+        if cube.op_type == "Pow" and cube.input[0] == x and _close(g.scalar(cube.input[1]), 3.0):
+            return x, [cube, s]
+        if cube.op_type == "Mul" and x in cube.input:
+            sq = g.producer.get(cube.input[1] if cube.input[0] == x else cube.input[0])
+            if sq is not None and sq.op_type == "Mul" and list(sq.input) == [x, x]:
+                return x, [sq, cube, s]
+    return None
+
+
+def _tail(g, x, last, nodes):
+    """After (erf|tanh) + 1: the products with x and with 0.5, in either order -> (x, nodes, output) or None."""
+    out, t = last.output[0], last.output[0]
+    seen_x = seen_half = False
+    for _ in range(2):
+        m = g.only_consumer(t, "Mul")
+        if m is None:
+            return None
+        other, v = g.other_input(m, t)
+        if other == x and not seen_x:
+            seen_x = True
+        elif _close(v, 0.5) and not seen_half:
+            seen_half = True
+        else:
+            return None
+        nodes.append(m)
+        t = out = m.output[0]
+    if not (seen_x and seen_half):
+        return None
+    return x, nodes, out
+
+
+def fuse_model(model):
+    """Fuse every decomposed GELU of `model` (an onnx ModelProto, changed in place); -> the list of fusions."""
+    from onnx import helper
+    fusions = []
+    for op_type, start, match in (("Gelu", "Erf", _match_erf), ("FastGelu", "Tanh", _match_tanh)):
+        g = _Graph(model)
+        for node in list(model.graph.node):
+            if node.op_type != start:
+                continue
+            found = match(g, node)
+            if found is None:
+                continue
+            x, nodes, out = found
+            name = (nodes[0].name or out).rsplit("/", 1)[0] + "/" + op_type
+            fused = helper.make_node(op_type, [x], [out], name=name, domain=MS_DOMAIN)
+            pos = list(model.graph.node).index(nodes[-1])
+            model.graph.node.insert(pos, fused)
+            for n in nodes:
+                model.graph.node.remove(n)
+            fusions.append({"op": op_type, "node": name, "nodes": [n.name or n.output[0] for n in nodes]})
+    if fusions:
+        if not any(o.domain == MS_DOMAIN for o in model.opset_import):
+            model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+        _drop_unused_constants(model)
+        _type_fused_outputs(model, fusions)
+    return fusions
+
+
+def _type_fused_outputs(model, fusions):
+    """ONNX shape inference does not know the contrib ops: give each fused output its input's type and shape
+    (an elementwise function), so the quantizer's calibration sees a float tensor there."""
+    import onnx
+    known = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    known.update({v.name: v for v in model.graph.input})
+    fused = {f["node"] for f in fusions}
+    for n in model.graph.node:
+        if n.name in fused and n.input[0] in known and not any(v.name == n.output[0] for v in model.graph.value_info):
+            v = onnx.ValueInfoProto()
+            v.CopyFrom(known[n.input[0]])
+            v.name = n.output[0]
+            model.graph.value_info.append(v)
+
+
+def _drop_unused_constants(model):
+    """Constant nodes whose output no node reads any more (a fused pattern's 0.5, 1, sqrt 2) go."""
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    for n in [n for n in model.graph.node if n.op_type == "Constant" and n.output[0] not in read]:
+        model.graph.node.remove(n)
+
+
+def fuse_onnx(src, dst) -> list:
+    """fp32 ONNX file src -> dst with its decomposed activations fused (see the module docstring); the list of
+    fusions (empty: dst is a copy of src)."""
+    from grpo_edge.export.onnx_utils import load_onnx
+    from grpo_edge.report import atomic_write_bytes
+    model = load_onnx(src)
+    fusions = fuse_model(model)
+    atomic_write_bytes(dst, model.SerializeToString())
+    return fusions

@@ -1,0 +1,135 @@
+"""The ops common small models use, on the ESP32 (issue 28), from an fp32 ONNX model and a calibration set:
+decomposed activations fused before quantizing (export/onnx_fuse.py), each activation one int8 table equal to
+onnxruntime's QDQ graph, the C bit-exact on the host and rv32, TFLM where it has the op."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import need
+
+from grpo_edge.cli.main import app
+from grpo_edge.export.onnx2int8 import onnx2int8
+from grpo_edge.export.onnx_fuse import fuse_onnx
+from grpo_edge.targets.esp32 import codegen, parse, rv32, simulate, tflm
+from grpo_edge.targets.esp32 import reference as R
+from grpo_edge.targets.esp32.ir import Graph
+
+
+def _export(module, path, shape=(1, 4)):
+    import warnings
+    torch.manual_seed(0)
+    for p in module.parameters():
+        torch.nn.init.normal_(p, std=0.8)
+    module.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, torch.randn(*shape), str(path), opset_version=17, dynamo=False,
+                          input_names=["x"], output_names=["y"])
+    return path
+
+
+def _calibration(path, n=256, shape=(4,)):
+    np.save(path, (np.random.default_rng(0).normal(size=(n,) + shape) * 1.5).astype(np.float32))
+    return path
+
+
+def _mlp(*acts):
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), *acts, torch.nn.Linear(16, 3))
+
+
+def _op_types(path):
+    import onnx
+    return [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type not in ("Constant",)]
+
+
+@pytest.mark.parametrize("approximate,fused", [("none", "Gelu"), ("tanh", "FastGelu")])
+def test_decomposed_gelu_is_fused_into_one_node_computing_the_same(tmp_path, approximate, fused):
+    from grpo_edge.export.onnx_utils import session
+    src = _export(_mlp(torch.nn.GELU(approximate=approximate)), tmp_path / "m.onnx")
+    assert "Erf" in _op_types(src) or "Tanh" in _op_types(src)
+    f = fuse_onnx(src, tmp_path / "f.onnx")
+    assert [x["op"] for x in f] == [fused] and len(f[0]["nodes"]) in (5, 9)
+    assert _op_types(tmp_path / "f.onnx") == ["Gemm", fused, "Gemm"]
+    x = np.random.default_rng(1).normal(size=(1, 4)).astype(np.float32) * 3
+    a, b = session(src), session(tmp_path / "f.onnx")
+    ya, yb = a.run(None, {"x": x})[0], b.run(None, {"x": x})[0]
+    assert np.allclose(ya, yb, atol=1e-5), (ya, yb)
+
+
+def test_a_pattern_whose_inner_tensor_is_read_elsewhere_is_left_alone(tmp_path):
+    class Leaky(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.l(x)
+            e = torch.erf(h / 1.4142135623730951)
+            return h * (e + 1.0) * 0.5 + e            # erf's output also feeds the last Add
+    src = _export(Leaky(), tmp_path / "m.onnx")
+    assert fuse_onnx(src, tmp_path / "f.onnx") == []
+    assert _op_types(tmp_path / "f.onnx") == _op_types(src)
+
+
+ACTIVATIONS = {"gelu": torch.nn.GELU(), "gelu_tanh": torch.nn.GELU(approximate="tanh"),
+               "hardsigmoid": torch.nn.Hardsigmoid(), "leakyrelu": torch.nn.LeakyReLU(0.1),
+               "hardswish": torch.nn.Hardswish()}
+
+
+@pytest.mark.parametrize("function", sorted(ACTIVATIONS))
+def test_activation_table_equals_onnxruntime_and_the_c_is_bit_exact(tmp_path, function):
+    """Each activation, between two FCs and right after another activation (no FC between: its input edge
+    is quantized too): 0 LSB from onnxruntime's float function at every table op, host C and rv32 equal to
+    the reference; TFLM, where it has the op, within 1 LSB on all 256 codes (its fixed point, noted)."""
+    src = _export(_mlp(torch.nn.Tanh(), ACTIVATIONS[function]), tmp_path / "m.onnx")
+    fuse_onnx(src, tmp_path / "f.onnx")
+    q = tmp_path / "m.int8.onnx"
+    onnx2int8(tmp_path / "f.onnx", _calibration(tmp_path / "c.npy"), q)
+    g = parse.parse(q)
+    assert [op.attrs.get("function") for op in g.ops if op.kind == "lut"] == ["tanh", function]
+    xf = (np.random.default_rng(3).normal(size=(200, 4)) * 1.5).astype(np.float32)
+    res = simulate.ort_check(g, q, xf)
+    assert [p["max_lsb"] for p in res["per_op"] if p["op"] == "lut"] == [0, 0], res["per_op"]
+    gen = codegen.generate(g, "act")
+    x = np.random.default_rng(4).integers(-128, 128, size=(300, 4)).astype(np.int8)
+    assert simulate.host_check(g, gen, x)["bit_exact"]
+    if rv32.available():
+        assert rv32.rv32_check(g, gen, x[:10], n_counted=1)["bit_exact"]
+    op = g.ops[2]
+    one = Graph(g.tensors, [op], op.inputs[0], op.output)
+    if function in ("gelu", "gelu_tanh", "hardsigmoid"):
+        with pytest.raises(Exception, match="no TFLM mapping for %s" % function):
+            tflm.to_tflite(one)
+        return
+    need(tflm.available(), "pip install tflite-micro")
+    buf, notes = tflm.to_tflite(one)
+    assert any("fixed point" in n for n in notes)
+    (tmp_path / "one.tflite").write_bytes(buf)
+    codes = np.arange(-128, 128, dtype=np.int8).reshape(16, 16)
+    y = tflm.run(tmp_path / "one.tflite", codes, str(tmp_path), 1 << 16).reshape(16, -1)
+    d = np.abs(y.astype(int) - R.run(one, codes).reshape(16, -1).astype(int))
+    assert d.max() <= 1 and (d > 0).sum() <= 16, d
+
+
+def test_mlp_with_gelu_deploys_from_fp32_onnx_and_calibration(tmp_path):
+    """The user's way in: deploy --onnx fp32 --calibration. The GELU is fused, quantized as one table, the C
+    bit-exact on host and rv32, and the report says what was fused and why TFLM's baseline is missing."""
+    src = _export(_mlp(torch.nn.GELU(), torch.nn.LeakyReLU(0.2)), tmp_path / "m.onnx")
+    out = tmp_path / "esp32"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32c3", "--onnx", str(src), "--calibration",
+                                 str(_calibration(tmp_path / "c.npy")), "--out", str(out), "--option",
+                                 "callgrind=false", "--activations", "int8"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((out / "report.json").read_text())
+    f, s = rep["figures"], rep["sections"]
+    assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
+    if rv32.available():
+        assert f["rv32_bit_exact"]["value"] is True
+        assert [r["kind"] for r in s["per_op"]] == ["fc", "lut", "lut", "fc"]
+    assert [x["op"] for x in s["quantization"]["fusions"]] == ["Gelu"]
+    if tflm.available():
+        assert "no TFLM mapping for gelu" in s["tflm_baseline"]["skipped"]
+    assert any("fused: Gelu" in n for n in rep["notes"])
