@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import need
+from conftest import cli_in, need
 
 from grpo_edge.cli.main import app
 from grpo_edge.export.onnx2int8 import onnx2int8
@@ -133,3 +133,55 @@ def test_mlp_with_gelu_deploys_from_fp32_onnx_and_calibration(tmp_path):
     if tflm.available():
         assert "no TFLM mapping for gelu" in s["tflm_baseline"]["skipped"]
     assert any("fused: Gelu" in n for n in rep["notes"])
+
+
+def test_every_op_that_cannot_be_compiled_is_listed_at_once_before_any_work(tmp_path):
+    """A decomposed layer norm (torch at opset 13) is named LayerNormalization, not by its first node; with it
+    every other op the compiler lacks, one line each, exit 2, before calibration and quantization; nothing
+    is written."""
+    import warnings
+
+    class Odd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l, self.ln = torch.nn.Linear(4, 8), torch.nn.LayerNorm(8)
+
+        def forward(self, x):
+            h = self.ln(self.l(x))
+            return torch.sin(h) * h
+    src = tmp_path / "odd.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Odd().eval(), torch.randn(1, 4), str(src), opset_version=13, dynamo=False)
+    assert "ReduceMean" in _op_types(src)
+    out = tmp_path / "esp32"
+    r = cli_in(tmp_path, "deploy", "--target", "esp32", "--onnx", src, "--calibration",
+               _calibration(tmp_path / "c.npy"), "--out", out)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
+    assert lines[0].startswith("error: 3 ops cannot be compiled for the ESP32 (it compiles ")
+    assert lines[1:] == ["  LayerNormalization at node '/ln/LayerNormalization': no ESP32 rule for this op type",
+                         "  Sin at node '/Sin': no ESP32 rule for this op type",
+                         "  Mul at node '/Mul': no ESP32 rule for this op type"]
+    assert not (out / "report.json").exists() and not (out / "model.int8.onnx").exists()
+
+
+def test_squeeze_and_unsqueeze_anywhere_move_no_data(tmp_path):
+    class Shapes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x)).unsqueeze(-1).unsqueeze(-1)      # (1, 8, 1, 1)
+            return self.b(h.squeeze(3).squeeze(2))
+    src = _export(Shapes(), tmp_path / "m.onnx")
+    q = tmp_path / "m.int8.onnx"
+    onnx2int8(src, _calibration(tmp_path / "c.npy"), q)
+    g = parse.parse(q)
+    assert [op.kind for op in g.ops].count("reshape") == 4
+    assert [g.tensors[op.output].shape for op in g.ops if op.kind == "reshape"] == [(1, 8, 1), (1, 8, 1, 1),
+                                                                                 (1, 8, 1), (1, 8)]
+    gen = codegen.generate(g, "shp")
+    x = np.random.default_rng(5).integers(-128, 128, size=(100, 4)).astype(np.int8)
+    assert simulate.host_check(g, gen, x)["bit_exact"]

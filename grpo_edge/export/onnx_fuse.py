@@ -9,7 +9,10 @@ one node, whose int8 form is a single table (quantize(gelu(dequantize(q)))), the
 fuses GELU:
 - erf form: x * (erf(x / sqrt(2)) + 1) * 0.5 (also with x * 0.5 first) -> com.microsoft Gelu;
 - tanh form: x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) -> com.microsoft FastGelu.
-onnxruntime runs both contrib ops (CPU). A pattern whose inner tensors are read by another node is left
+onnxruntime runs both contrib ops (CPU). A layer norm written out (torch at opset < 17: ReduceMean, Sub,
+Pow, ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNormalization over the
+last axis (an ONNX op from opset 17; onnxruntime also runs it in older models); a compiler then names it
+as such. A pattern whose inner tensors are read by another node is left
 as it is. The fused graph computes the same function in float (up to float rounding).
 """
 import math
@@ -138,10 +141,82 @@ def _tail(g, x, last, nodes):
     return x, nodes, out
 
 
+def _axes(g, node):
+    """A ReduceMean's axes (attribute, or input from opset 18), or None."""
+    for a in node.attribute:
+        if a.name == "axes":
+            return list(a.ints)
+    if len(node.input) > 1 and node.input[1] in g.consts:
+        return [int(v) for v in np.asarray(g.consts[node.input[1]]).reshape(-1)]
+    return None
+
+
+def _match_layer_norm(g, mean):
+    """ReduceMean(x) -> (x, nodes, output, gamma, beta, eps) of a layer norm over the last axis, or None."""
+    if _axes(g, mean) != [-1]:
+        return None
+    x = mean.input[0]
+    sub = next((n for n in g.consumers.get(mean.output[0], []) if n.op_type == "Sub" and list(n.input) == [x, mean.output[0]]), None)
+    users = g.consumers.get(sub.output[0], []) if sub is not None else []
+    sq = next((n for n in users if (n.op_type == "Pow" and _close(g.scalar(n.input[1]), 2.0))
+               or (n.op_type == "Mul" and list(n.input) == [sub.output[0]] * 2)), None)
+    div = next((n for n in users if n.op_type == "Div" and n.input[0] == sub.output[0]), None)
+    if sq is None or div is None or len(users) != 2:
+        return None
+    var = g.only_consumer(sq.output[0], "ReduceMean")
+    add = g.only_consumer(var.output[0], "Add") if var is not None and _axes(g, var) == [-1] else None
+    eps = g.other_input(add, var.output[0])[1] if add is not None else None
+    sqrt = g.only_consumer(add.output[0], "Sqrt") if eps is not None else None
+    if sqrt is None or g.only_consumer(sqrt.output[0], "Div") is not div:
+        return None
+    nodes, out, gamma, beta = [mean, sub, sq, var, add, sqrt, div], div.output[0], None, None
+    mul = g.only_consumer(out, "Mul")
+    if mul is not None and g.other_input(mul, out)[0] in g.consts:
+        gamma, out = g.other_input(mul, out)[0], mul.output[0]
+        nodes.append(mul)
+    badd = g.only_consumer(out, "Add")
+    if badd is not None and g.other_input(badd, out)[0] in g.consts:
+        beta, out = g.other_input(badd, out)[0], badd.output[0]
+        nodes.append(badd)
+    return x, nodes, out, gamma, beta, eps
+
+
+def _fuse_layer_norms(model, fusions):
+    """Every decomposed layer norm -> one LayerNormalization (gamma / beta made when absent)."""
+    from onnx import helper, numpy_helper
+    g = _Graph(model)
+    for node in list(model.graph.node):
+        found = _match_layer_norm(g, node) if node.op_type == "ReduceMean" else None
+        if found is None:
+            continue
+        x, nodes, out, gamma, beta, eps = found
+        name = (node.name or out).rsplit("/", 1)[0] + "/LayerNormalization"
+        n = _last_dim(model, g, gamma, beta)
+        for role, value in (("gamma", 1.0), ("beta", 0.0)):
+            if (gamma if role == "gamma" else beta) is None:
+                t = numpy_helper.from_array(np.full(n, value, np.float32), name + "/" + role)
+                model.graph.initializer.append(t)
+                gamma, beta = (t.name, beta) if role == "gamma" else (gamma, t.name)
+        fused = helper.make_node("LayerNormalization", [x, gamma, beta], [out], name=name, axis=-1, epsilon=eps)
+        model.graph.node.insert(list(model.graph.node).index(nodes[-1]), fused)
+        for m in nodes:
+            model.graph.node.remove(m)
+        fusions.append({"op": "LayerNormalization", "node": name, "nodes": [m.name or m.output[0] for m in nodes]})
+
+
+def _last_dim(model, g, gamma, beta):
+    for t in (gamma, beta):
+        if t is not None:
+            return int(np.asarray(g.consts[t]).size)
+    raise ValueError("a layer norm without gamma and beta needs its width")     # not met: torch always has them
+
+
 def fuse_model(model):
-    """Fuse every decomposed GELU of `model` (an onnx ModelProto, changed in place); -> the list of fusions."""
+    """Fuse every decomposed GELU and layer norm of `model` (an onnx ModelProto, changed in place); -> the
+    list of fusions."""
     from onnx import helper
     fusions = []
+    _fuse_layer_norms(model, fusions)
     for op_type, start, match in (("Gelu", "Erf", _match_erf), ("FastGelu", "Tanh", _match_tanh)):
         g = _Graph(model)
         for node in list(model.graph.node):
@@ -158,9 +233,10 @@ def fuse_model(model):
             for n in nodes:
                 model.graph.node.remove(n)
             fusions.append({"op": op_type, "node": name, "nodes": [n.name or n.output[0] for n in nodes]})
-    if fusions:
+    if any(f["op"] != "LayerNormalization" for f in fusions):
         if not any(o.domain == MS_DOMAIN for o in model.opset_import):
             model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    if fusions:
         _drop_unused_constants(model)
         _type_fused_outputs(model, fusions)
     return fusions

@@ -48,6 +48,7 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     model, state = load_policy(source)
     fp32 = out_dir / "model.onnx"
     torch2onnx(model, fp32)
+    check_compilable(fp32)
     if calib is None:
         calib = out_dir / "calibration.npz"
         checkpoint2calibration(source, calib, n=n_calib)
@@ -83,6 +84,7 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     from grpo_edge.targets.esp32.deploy import default_prefix
     if is_qdq(source):
         return source, options
+    check_compilable(source)
     if calib is None:
         raise TargetError("%s is an fp32 ONNX model: give --calibration (.npy or .npz) to quantize it for the "
                           "ESP32, or pass an int8 QDQ model" % source)
@@ -101,6 +103,21 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     if options.get("eval_inputs") is None and x is not None:
         options["eval_inputs"] = np.asarray(x, dtype=np.float32)     # the calibration inputs (no task here)
     return Path(choice["chosen_path"]), options
+
+
+def check_compilable(fp32) -> None:
+    """Before any other work: every op of the fp32 model (its decomposed activations and layer norms fused
+    first, as choose_quantization will) has an ESP32 rule, and its input shape is one the compiler takes;
+    else one TargetError listing all of them, one line each."""
+    from grpo_edge.export.onnx_fuse import fuse_model
+    from grpo_edge.export.onnx_utils import load_onnx
+    from grpo_edge.targets.esp32.ops import ONNX_RULES
+    from grpo_edge.targets.esp32.parse import compile_refusal, unsupported_ops
+    model = load_onnx(fp32)
+    fuse_model(model)
+    problems = unsupported_ops(model)
+    if problems:
+        raise TargetError(compile_refusal(problems, ONNX_RULES))
 
 
 def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding=None, method="minmax",

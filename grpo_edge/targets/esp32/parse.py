@@ -39,6 +39,33 @@ def parse(path) -> Graph:
     return g
 
 
+def compile_refusal(problems, rules) -> str:
+    """All the ops that cannot be compiled, one line each, under a line that says how many and what compiles."""
+    kinds = sorted(k for k in rules if k != "QuantizeLinear")
+    return "\n".join(["%d op%s cannot be compiled for the ESP32 (it compiles %s):" % (
+        len(problems), "" if len(problems) == 1 else "s", ", ".join(kinds))] + ["  " + p for p in problems])
+
+
+def unsupported_ops(model) -> list:
+    """The nodes of an fp32 (or QDQ) ONNX model whose op type has no ESP32 rule, and the input shapes the
+    compiler cannot take (rank > 4, a dynamic dimension past the batch), one line each: what deploy checks
+    before quantizing. A fused pattern (export/onnx_fuse.py) is named by its fused node."""
+    from .ops import ONNX_RULES
+    lines = ["%s at node %r: no ESP32 rule for this op type" % (n.op_type, n.name or n.output[0])
+             for n in model.graph.node if n.op_type not in ONNX_RULES and n.op_type not in ("Constant",
+                                                                                            "DequantizeLinear")]
+    consts = {i.name for i in model.graph.initializer}
+    for i in (i for i in model.graph.input if i.name not in consts):
+        dims = i.type.tensor_type.shape.dim
+        if len(dims) > 4:
+            lines.append("input %r has rank %d: the compiler takes at most 4" % (i.name, len(dims)))
+        bad = [k for k, d in enumerate(dims) if k > 0 and not d.dim_value]
+        if bad:
+            lines.append("input %r has a dynamic dimension at axis %s: export it with fixed sizes past the batch"
+                         % (i.name, ", ".join(str(k) for k in bad)))
+    return lines
+
+
 def attr(node, name, default=None):
     """An ONNX node's attribute value, or default."""
     import onnx
@@ -146,15 +173,7 @@ class _Parser:
         self.input = qs[0].output[0]
         self.tensors[self.input] = TensorInfo(self.input, tuple([1] + dims[1:]), scale, zp)
 
-        for node in gr.node:
-            op = node.op_type
-            if op in ("Constant", "DequantizeLinear"):
-                continue
-            if op not in rules:
-                raise ExportError("unsupported op %s at node %r: the ESP32 generator supports %s"
-                                  % (op, node.name or node.output[0], ", ".join(sorted(rules))))
-            rules[op](self, node)
-
+        self.walk(rules)
         out = gr.output[0].name
         p = self.producer.get(out)
         if p is not None and p.op_type == "DequantizeLinear" and p.input[0] in self.tensors:
@@ -170,6 +189,28 @@ class _Parser:
         g = Graph(self.tensors, self.ops, self.input, self.output)
         self.assign_dtypes(g)
         return g
+
+    def walk(self, rules):
+        """Every node through its op's rule. A node that cannot be compiled does not stop the walk: the nodes
+        that depend on it are skipped, and all the refusals are raised together (compile_refusal)."""
+        problems, poisoned = [], set()
+        for node in self.model.graph.node:
+            op = node.op_type
+            if any(i in poisoned for i in node.input):
+                poisoned.update(node.output)
+            elif op in ("Constant", "DequantizeLinear"):
+                continue
+            elif op not in rules:
+                problems.append("%s at node %r: no ESP32 rule for this op type" % (op, node.name or node.output[0]))
+                poisoned.update(node.output)
+            else:
+                try:
+                    rules[op](self, node)
+                except ExportError as e:
+                    problems.append(str(e))
+                    poisoned.update(node.output)
+        if problems:
+            raise ExportError(compile_refusal(problems, rules))
 
     def assign_dtypes(self, g):
         """Give each tensor its quantized type; a graph with int16 activations becomes a 16x8 graph."""

@@ -1,4 +1,4 @@
-"""Reshape / Flatten: no data moves (the arena keeps the bytes; NCHW order is the ONNX order).
+"""Reshape / Flatten / Squeeze / Unsqueeze / Identity: no data moves (the arena keeps the bytes; NCHW order is the ONNX order).
 
 Reference: identity; no C call; TFLite Micro mapping (RESHAPE, after a TRANSPOSE back to NCHW order when
 an image is flattened).
@@ -75,13 +75,36 @@ def from_reshape(p, node):
     _alias(p, node, tuple(shape))
 
 
+def _axes(p, node):
+    """A Squeeze / Unsqueeze node's axes (attribute, or a constant input from opset 13), or None."""
+    axes = attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = p.consts.get(node.input[1])
+        if axes is None:
+            raise ExportError("%s: the axes must be a constant" % label(node))
+    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+
+
 def from_squeeze(p, node):
     x = p.tensors[p.act_input(node, 0)]
-    _alias(p, node, (1,) + tuple(d for d in x.shape[1:] if d != 1))
+    raw = _axes(p, node)
+    axes = [k for k in range(1, len(x.shape)) if x.shape[k] == 1] if raw is None else sorted(a % len(x.shape)
+                                                                                            for a in raw)
+    if 0 in axes or any(x.shape[k] != 1 for k in axes):
+        raise ExportError("%s: Squeeze of axes %s of a %s tensor (only size-1 axes past the batch)"
+                          % (label(node), axes, x.shape))
+    _alias(p, node, tuple(d for k, d in enumerate(x.shape) if k not in axes))
 
 
 def from_unsqueeze(p, node):
-    raise ExportError("%s: Unsqueeze is not supported" % label(node))
+    x = p.tensors[p.act_input(node, 0)]
+    raw = _axes(p, node) or []
+    axes, shape = sorted(a % (len(x.shape) + len(raw)) for a in raw), list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    if not axes or 0 in axes or len(shape) > 4:
+        raise ExportError("%s: Unsqueeze to %s: new axes past the batch, rank 4 at most" % (label(node), shape))
+    _alias(p, node, tuple(shape))
 
 
 def from_identity(p, node):
