@@ -164,3 +164,17 @@ def test_16x8_kernels_alone_match_reference(tmp_path):
         want.append(OPS["tanh16"].reference(every, tp).reshape(-1))
     body += "int main(void)\n{\n    int i;\n" + "".join(calls) + "    return 0;\n}\n"
     assert np.array_equal(_compile_run(tmp_path, "k16", body), np.concatenate(want))
+
+
+def test_isqrt64_is_the_exact_floor_square_root(tmp_path):
+    """gx_isqrt64 (the layer norm's standard deviation) equals math.isqrt on edges and random 64-bit values."""
+    import math
+    rng = np.random.default_rng(7)
+    vals = [0, 1, 2, 3, 4, 15, 16, 17, (1 << 32) - 1, 1 << 32, (1 << 62) - 1, 1 << 62, (1 << 64) - 1]
+    vals += [int(v) for v in rng.integers(0, 1 << 62, size=50, dtype=np.int64)]
+    vals += [k * k + d for k in (3, 65535, 3037000499) for d in (-1, 0, 1)]
+    body = ('#include "gx_fixedpoint.h"\nstatic const uint64_t v[] = {%s};\nint main(void)\n{\n    size_t i;\n'
+            '    for (i = 0; i < sizeof v / sizeof v[0]; ++i) printf("%%lu\\n", (unsigned long)gx_isqrt64(v[i]));\n'
+            '    return 0;\n}\n' % ", ".join("%dULL" % v for v in vals))
+    got = _compile_run(tmp_path, "isqrt", body)
+    assert [int(g) for g in got] == [math.isqrt(v) for v in vals]

@@ -11,8 +11,8 @@ fuses GELU:
 - tanh form: x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) -> com.microsoft FastGelu.
 onnxruntime runs both contrib ops (CPU). A layer norm written out (torch at opset < 17: ReduceMean, Sub,
 Pow, ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNormalization over the
-last axis (an ONNX op from opset 17; onnxruntime also runs it in older models); a compiler then names it
-as such. A pattern whose inner tensors are read by another node is left
+last axis (an ONNX op from opset 17: an older model's opset is raised to 17, which torch's exports at 13-16
+run the same); a compiler then names it as such. A pattern whose inner tensors are read by another node is left
 as it is. The fused graph computes the same function in float (up to float rounding).
 """
 import math
@@ -217,6 +217,10 @@ def fuse_model(model):
     from onnx import helper
     fusions = []
     _fuse_layer_norms(model, fusions)
+    if fusions:                # LayerNormalization is an ONNX op from opset 17; ops 13..16 run the same there
+        for o in model.opset_import:
+            if o.domain in ("", "ai.onnx") and o.version < 17:
+                o.version = 17
     for op_type, start, match in (("Gelu", "Erf", _match_erf), ("FastGelu", "Tanh", _match_tanh)):
         g = _Graph(model)
         for node in list(model.graph.node):

@@ -105,3 +105,9 @@ def fnv1a(data: bytes, h: int = FNV_OFFSET) -> int:
     for b in data:
         h = ((h ^ b) * FNV_PRIME) & 0xFFFFFFFF
     return h
+
+
+def isqrt(v) -> int:
+    """floor(sqrt(v)) of a non-negative integer, exact (gx_isqrt64)."""
+    import math
+    return math.isqrt(int(v))

@@ -66,6 +66,23 @@ GX_INLINE int32_t gx_mbqm64(int64_t x, int32_t m, int shift)
     return (int32_t)((x * reduced + round) >> total);
 }
 
+/* floor(sqrt(v)), exact, bit by bit (the layer norm's standard deviation; fixedpoint.isqrt). */
+GX_INLINE uint32_t gx_isqrt64(uint64_t v)
+{
+    uint64_t r = 0, bit = (uint64_t)1 << 62;
+    while (bit > v) bit >>= 2;
+    while (bit) {
+        if (v >= r + bit) {
+            v -= r + bit;
+            r = (r >> 1) + bit;
+        } else {
+            r >>= 1;
+        }
+        bit >>= 2;
+    }
+    return (uint32_t)r;
+}
+
 GX_INLINE int32_t gx_clamp(int32_t v, int32_t lo, int32_t hi)
 {
     return v < lo ? lo : (v > hi ? hi : v);

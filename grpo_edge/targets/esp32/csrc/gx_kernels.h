@@ -272,6 +272,42 @@ GX_INLINE void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t 
     }
 }
 
+/* ------------------------------------------------------------------ layer norm */
+
+typedef struct {
+    int rows, d;                /* vectors normalized over their last axis, their length (<= 1024) */
+    int64_t eps;                /* d^3 * epsilon / s_in^2, rounded: epsilon in the units of e below */
+    const int8_t *gamma;        /* [d] int8 */
+    gx_requant_t q;             /* bias: beta in units of gamma x 2^-16; per-channel s_gamma / (s_out 2^16) */
+} gx_layernorm_t;
+
+/* Layer norm, int8 in and out (ops/layer_norm.py; TFLite has no such op): e = d x - sum(x) (the zero point
+ * cancels), sigma = isqrt(((sum e^2 + eps) << 16) / d) = std(e) 2^8, n = round(e 2^40 / sigma / 2^16)
+ * = the normalized value in Q16, then out = requant(n gamma + beta). */
+GX_INLINE void gx_layernorm(const gx_layernorm_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    int r, k;
+    for (r = 0; r < p->rows; ++r) {
+        const int8_t *x = in + (long)r * p->d;
+        int8_t *y = out + (long)r * p->d;
+        int32_t sum = 0;
+        int64_t ss = 0, rec;
+        uint32_t sigma;
+        for (k = 0; k < p->d; ++k) sum += x[k];
+        for (k = 0; k < p->d; ++k) {
+            const int64_t e = (int64_t)p->d * x[k] - sum;
+            ss += e * e;
+        }
+        sigma = gx_isqrt64((uint64_t)(ss + p->eps) * 65536u / (uint64_t)p->d);
+        rec = sigma ? (int64_t)(((uint64_t)1 << 40) / sigma) : 0;
+        for (k = 0; k < p->d; ++k) {
+            const int64_t e = (int64_t)p->d * x[k] - sum;
+            const int32_t n = (int32_t)((e * rec + 32768) >> 16);
+            y[k] = (int8_t)gx_requant(n * (int32_t)p->gamma[k] + p->q.bias[k], &p->q, k);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ elementwise table */
 
 /* out[k] = table[in[k] + 128]: tanh, sigmoid, relu, clip or a requantization as 256 entries. */

@@ -1,0 +1,98 @@
+"""Layer norm over the last axis, int8 in and out (LayerNormalization; also a decomposed one, which
+export/onnx_fuse.py fuses before quantizing).
+
+TFLite has no layer norm op, so this arithmetic is ours, in integers throughout (gx_layernorm in
+csrc/gx_kernels.h):
+    e_k   = d x_k - sum(x)                      (int32; the input's zero point cancels, and so does its scale)
+    sigma = isqrt(((sum e_k^2 + eps) << 16) / d)  = std(e) 2^8  (eps = d^3 epsilon / s_x^2, from the model)
+    n_k   = (e_k floor(2^40 / sigma) + 2^15) >> 16  = e_k / std(e) in Q16
+    out_k = clamp(mbqm(n_k gamma_k + B_k, M_k) + zp_out)
+with gamma int8 (onnxruntime's quantized weight), B_k = round(beta_k / s_gamma_k 2^16) and M_k = s_gamma_k /
+(s_out 2^16). onnxruntime computes the same function in float between the model's Q / DQ pairs: the two
+agree within 1 LSB (tests/test_esp32_common_ops.py). No TFLite Micro mapping; no 16x8 kernel.
+"""
+import numpy as np
+
+from grpo_edge.errors import ExportError, TargetError
+
+from .. import reference as R
+from ..codegen import INT32_MAX, c_requant, c_struct
+from ..fixedpoint import isqrt
+from ..ir import TensorInfo
+from ..parse import attr, label
+from . import OpSpec, elementwise_macs
+
+MAX_D = 1024         # (sum e^2 + eps) << 16 stays in int64
+
+
+def reference(x, p):
+    D = int(p["d"])
+    xs = R.i64(x).reshape(-1, D)
+    e = D * xs - xs.sum(axis=1, keepdims=True)
+    ss = (e * e).sum(axis=1)
+    sigma = np.array([isqrt(((int(v) + int(p["eps"])) << 16) // D) for v in ss], np.int64)
+    rec = np.array([(1 << 40) // int(s) if s else 0 for s in sigma], np.int64).reshape(-1, 1)
+    n = (e * rec + (1 << 15)) >> 16
+    acc = n * R.i64(p["gamma"]).reshape(1, D) + R.i64(p["bias"]).reshape(1, D)
+    return R.requantize(acc, p, 1).reshape(np.shape(x))
+
+
+def emit(em, i, op, name):
+    a, p = op.attrs, em.p
+    em.arrays(i, a, a["gamma"], a["bias"])
+    size = em.g.tensors[op.output].size
+    em.data.append(c_struct("gx_layernorm_t", name, [
+        ("rows", size // int(a["d"])), ("d", int(a["d"])), ("eps", "(int64_t)%dLL" % int(a["eps"])),
+        ("gamma", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
+    return "gx_layernorm(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm(b, i, op):
+    raise TargetError("no TFLM mapping for layer norm (node %r): TFLite has no layer norm op" % op.name)
+
+
+def macs(op, tensors):
+    return 3 * elementwise_macs(op, tensors)
+
+
+# -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def _const(p, node, i, dtype, what):
+    s = p.source(node, node.input[i])
+    if s[0] != "const" or s[1].dtype != dtype:
+        raise ExportError("%s: %s must be a constant %s tensor behind DequantizeLinear" % (label(node), what,
+                                                                                           np.dtype(dtype).name))
+    return s
+
+
+def from_layer_normalization(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    D = int(x.shape[-1])
+    if attr(node, "axis", -1) % len(x.shape) != len(x.shape) - 1:
+        raise ExportError("%s: LayerNormalization only over the last axis" % label(node))
+    if D > MAX_D:
+        raise ExportError("%s: LayerNormalization over %d values; the kernel takes at most %d" % (label(node), D, MAX_D))
+    g = _const(p, node, 1, np.int8, "the scale (gamma)")
+    if np.any(g[3] != 0):
+        raise ExportError("%s: the scale (gamma) must be quantized symmetrically (zero point 0)" % label(node))
+    gamma, s_g = np.broadcast_to(g[1].reshape(-1), (D,)), np.broadcast_to(g[2].astype(np.float64).reshape(-1), (D,))
+    beta = np.zeros(D)
+    if len(node.input) > 2 and node.input[2]:
+        b = _const(p, node, 2, np.int32, "the bias (beta)")
+        beta = (b[1].astype(np.float64) - b[3].astype(np.float64)).reshape(-1) * b[2].astype(np.float64).reshape(-1)
+    name, scale, zp = p.output_q(node)
+    out = TensorInfo(name, x.shape, scale, zp)
+    bias = np.round(np.broadcast_to(beta, (D,)) / s_g * 65536.0)
+    if np.abs(bias).max(initial=0) + 128 * 32 * 65536 > INT32_MAX:
+        raise ExportError("%s: beta / gamma scale too large for the int32 accumulator" % label(node))
+    attrs = {"d": D, "eps": int(round(D ** 3 * float(attr(node, "epsilon", 1e-5)) / float(x.scale) ** 2)),
+             "gamma": gamma.astype(np.int8), "bias": bias.astype(np.int32)}
+    attrs.update(p.requant_params(1.0, s_g / 65536.0, out))
+    if attrs["eps"] + 65025 * D ** 3 >= 1 << 47:
+        raise ExportError("%s: epsilon / input scale^2 too large for the kernel's int64 variance" % label(node))
+    p.add_op("layernorm", node, [x.name], x.shape, attrs)
+
+
+SPECS = [OpSpec("layernorm", reference, emit, tflm, macs)]
+
+ONNX = {"LayerNormalization": from_layer_normalization}
