@@ -205,6 +205,7 @@ def test_layer_norm_within_one_lsb_of_onnxruntime_and_bit_exact_in_c(tmp_path, o
     within 1 LSB of onnxruntime's float one, and the C equals the reference on the host and rv32, also on
     rows with no variance (all codes equal) and at the int8 extremes."""
     import warnings
+    torch.manual_seed(width)
     m = _LayerNormMLP(width, gelu=False)
     with torch.no_grad():
         m.ln.weight.normal_(1.0, 0.5)
@@ -251,3 +252,73 @@ def test_mlp_with_layer_norm_and_gelu_deploys_from_fp32_onnx(tmp_path):
         assert [r["kind"] for r in s["per_op"]] == ["fc", "layernorm", "lut", "fc"]
     if tflm.available():
         assert "no TFLM mapping" in s["tflm_baseline"]["skipped"]
+
+
+class _BnCnn(torch.nn.Module):
+    """Conv + BatchNorm (folded) -> HardSwish -> two branches concatenated -> BatchNorm after the Concat (no Conv
+    to fold into: a depthwise 1x1 Conv) -> HardSwish -> mean -> FC: issue 28's CNN kind."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.c1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.a, self.b = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+        self.bn2, self.fc = nn.BatchNorm2d(12), nn.Linear(12, 5)
+
+    def forward(self, x):
+        h = torch.nn.functional.hardswish(self.bn1(self.c1(x)))
+        h = torch.cat([self.a(h), self.b(h)], dim=1)
+        return self.fc(torch.nn.functional.hardswish(self.bn2(h)).mean(dim=(2, 3)))
+
+
+def _bn_cnn():
+    torch.manual_seed(1)
+    m = _BnCnn()
+    with torch.no_grad():
+        for bn in (m.bn1, m.bn2):
+            bn.running_mean.normal_(0.0, 0.3)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.normal_(1.0, 0.3)
+            bn.bias.normal_(0.0, 0.3)
+    return m
+
+
+def test_batch_norm_is_folded_or_becomes_a_depthwise_conv(tmp_path):
+    from grpo_edge.export.onnx_utils import session
+    import warnings
+    src = tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # no constant folding: the BN after the Conv stays in the graph
+        torch.onnx.export(_bn_cnn().eval(), torch.randn(1, 1, 12, 12), str(src), opset_version=17, dynamo=False,
+                          input_names=["x"], output_names=["y"], do_constant_folding=False)
+    f = fuse_onnx(src, tmp_path / "f.onnx")
+    hows = sorted(x["how"] for x in f if x["op"] == "BatchNormalization")
+    assert hows == ["as a depthwise 1x1 Conv", "folded into /c1/Conv"]
+    assert "BatchNormalization" not in _op_types(tmp_path / "f.onnx")
+    x = np.random.default_rng(2).normal(size=(1, 1, 12, 12)).astype(np.float32)
+    ya, yb = session(src).run(None, {"x": x})[0], session(tmp_path / "f.onnx").run(None, {"x": x})[0]
+    assert np.allclose(ya, yb, atol=1e-4), (ya, yb)
+
+
+def test_cnn_with_batch_norm_hardswish_and_concat_deploys_bit_exact(tmp_path):
+    """Issue 28's CNN kind from an fp32 ONNX: the Concat requantizes the input whose parameters differ from
+    its output's (a table, TFLite's QUANTIZE rule), the C is bit-exact on host and rv32, and TFLM runs the
+    same parameters (QUANTIZE + CONCATENATION), to the same outputs or with the reason they differ."""
+    src = _export(_bn_cnn(), tmp_path / "m.onnx", shape=(1, 1, 12, 12))
+    out = tmp_path / "esp32"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration",
+                                 str(_calibration(tmp_path / "c.npy", shape=(1, 12, 12))), "--out", str(out),
+                                 "--option", "callgrind=false", "--activations", "int8"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((out / "report.json").read_text())
+    f, s = rep["figures"], rep["sections"]
+    assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
+    g = parse.parse(out / "model.int8.onnx")
+    cat = next(op for op in g.ops if op.kind == "concat")
+    assert cat.attrs["axis"] == 1 and any(t is not None for t in cat.attrs["tables"])
+    assert [op.kind for op in g.ops].count("lut") == 2
+    if rv32.available():
+        assert f["rv32_bit_exact"]["value"] is True
+    if tflm.available():             # TFLM's HARD_SWISH is fixed point: a difference comes with that reason
+        o = s["tflm_baseline"]["outputs"]
+        assert o["max_lsb"] == 0 or "HARD_SWISH in fixed point" in o["reason"], o

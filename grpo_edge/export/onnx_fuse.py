@@ -211,13 +211,64 @@ def _last_dim(model, g, gamma, beta):
     raise ValueError("a layer norm without gamma and beta needs its width")     # not met: torch always has them
 
 
+def _fold_batch_norms(model, fusions):
+    """Every BatchNormalization of a 4-D tensor (inference form): folded into the Conv before it when the BN is
+    that Conv's only reader, else replaced by the same per-channel affine as a depthwise 1x1 Conv."""
+    from onnx import helper, numpy_helper
+    import onnx
+    g = _Graph(model)
+    inits = {i.name: i for i in model.graph.initializer}
+    bns = [n for n in model.graph.node if n.op_type == "BatchNormalization" and len(n.output) == 1]
+    if not bns:
+        return
+    typed = list(onnx.shape_inference.infer_shapes(model).graph.value_info) + list(model.graph.input)
+    rank = {v.name: len(v.type.tensor_type.shape.dim) for v in typed}
+    for bn in bns:
+        if any(i not in g.consts for i in bn.input[1:5]) or rank.get(bn.input[0]) != 4:
+            continue
+        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        scale, beta, mean, var = (np.asarray(g.consts[i], np.float64) for i in bn.input[1:5])
+        a = scale / np.sqrt(var + eps)
+        b = beta - mean * a
+        conv = g.producer.get(bn.input[0])
+        if (conv is not None and conv.op_type == "Conv" and g.only_consumer(conv.output[0], "BatchNormalization") is bn
+                and conv.input[1] in inits and (len(conv.input) < 3 or conv.input[2] in inits)):
+            w = numpy_helper.to_array(inits[conv.input[1]]).astype(np.float64)
+            cb = numpy_helper.to_array(inits[conv.input[2]]).astype(np.float64) if len(conv.input) > 2 else 0.0
+            _set_init(model, inits, conv.input[1], (w * a.reshape(-1, 1, 1, 1)).astype(np.float32))
+            bias = conv.name + "/bn_bias"
+            model.graph.initializer.append(numpy_helper.from_array((cb * a + b).astype(np.float32), bias))
+            del conv.input[2:]
+            conv.input.append(bias)
+            conv.output[0] = bn.output[0]
+            how = "folded into %s" % (conv.name or conv.output[0])
+        else:
+            name = (bn.name or bn.output[0]) + "/as_conv"
+            model.graph.initializer.extend([
+                numpy_helper.from_array(a.reshape(-1, 1, 1, 1).astype(np.float32), name + "/w"),
+                numpy_helper.from_array(b.astype(np.float32), name + "/b")])
+            model.graph.node.insert(list(model.graph.node).index(bn), helper.make_node(
+                "Conv", [bn.input[0], name + "/w", name + "/b"], [bn.output[0]], name=name, group=len(a),
+                kernel_shape=[1, 1]))
+            how = "as a depthwise 1x1 Conv"
+        model.graph.node.remove(bn)
+        fusions.append({"op": "BatchNormalization", "node": bn.name or bn.output[0], "nodes": [bn.name], "how": how})
+
+
+def _set_init(model, inits, name, value):
+    from onnx import numpy_helper
+    t = numpy_helper.from_array(value, name)
+    inits[name].CopyFrom(t)
+
+
 def fuse_model(model):
-    """Fuse every decomposed GELU and layer norm of `model` (an onnx ModelProto, changed in place); -> the
-    list of fusions."""
+    """Fuse every decomposed GELU and layer norm of `model` and fold its batch norms (an onnx ModelProto,
+    changed in place); -> the list of fusions."""
     from onnx import helper
     fusions = []
+    _fold_batch_norms(model, fusions)
     _fuse_layer_norms(model, fusions)
-    if fusions:                # LayerNormalization is an ONNX op from opset 17; ops 13..16 run the same there
+    if any(f["op"] == "LayerNormalization" for f in fusions):     # LayerNormalization is an ONNX op from opset 17; ops 13..16 run the same there
         for o in model.opset_import:
             if o.domain in ("", "ai.onnx") and o.version < 17:
                 o.version = 17

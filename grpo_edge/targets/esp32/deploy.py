@@ -173,7 +173,7 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
                                            else c.get("error", "n/a")) for c in q.get("candidates", []))))
         if q.get("fusions"):
             rep.notes.append("Before quantizing, fused: %s (export/onnx_fuse.py: one node, so one int8 table, per "
-                             "activation)." % "; ".join("%s at %s from %d nodes" % (f["op"], f["node"], len(f["nodes"]))
+                             "activation)." % "; ".join("%s at %s %s" % (f["op"], f["node"], f.get("how") or "from %d nodes" % len(f["nodes"]))
                                                         for f in q["fusions"]))
     rep.sections["model"] = graph.summary()
     rep.sections["fit_check"] = fit

@@ -91,6 +91,8 @@ class Op:
                 n += v.nbytes
             elif k == "constants":
                 n += sum(a.nbytes for a in v.values())
+            elif isinstance(v, list):          # per-input arrays (concat's requantization tables)
+                n += sum(a.nbytes for a in v if isinstance(a, np.ndarray))
         return n
 
     def macs(self, tensors) -> int:

@@ -272,6 +272,21 @@ GX_INLINE void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t 
     }
 }
 
+/* ------------------------------------------------------------------ concatenation */
+
+/* One input of a concatenation (ops/concat.py): `outer` blocks of `inner` values, block o copied to
+ * out + o * out_inner, through `table` (a requantization to the output's parameters) when not 0. */
+GX_INLINE void gx_concat_part(const int8_t *table, int outer, int inner, int out_inner,
+                              const int8_t *restrict in, int8_t *restrict out)
+{
+    int o, k;
+    for (o = 0; o < outer; ++o)
+        for (k = 0; k < inner; ++k) {
+            const int8_t v = in[(long)o * inner + k];
+            out[(long)o * out_inner + k] = table ? table[v + 128] : v;
+        }
+}
+
 /* ------------------------------------------------------------------ layer norm */
 
 typedef struct {

@@ -42,7 +42,7 @@ def elementwise_macs(op, tensors):
     return int(tensors[op.output].size)
 
 
-MODULES = ("fully_connected", "conv", "add", "lut", "layer_norm", "pool", "argmax", "softmax", "reshape")
+MODULES = ("fully_connected", "conv", "add", "concat", "lut", "layer_norm", "pool", "argmax", "softmax", "reshape")
 
 
 def _registry():

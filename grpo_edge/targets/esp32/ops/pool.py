@@ -45,7 +45,8 @@ def reference_avg(x, p):
 def _emit_pool(em, i, op, name, mode, extra, lo, hi):
     a = op.attrs
     _, C, H, W = em.g.tensors[op.inputs[0]].shape
-    _, _, OH, OW = em.g.tensors[op.output].shape
+    out = em.g.tensors[op.output].shape
+    OH, OW = out[2:] if len(out) == 4 else (1, 1)          # a mean without keepdims: (1, C)
     em.data.append(c_struct("gx_pool_t", name, [
         ("c", C), ("h", H), ("w", W), ("oh", OH), ("ow", OW), ("kh", a["kernel"][0]), ("kw", a["kernel"][1]),
         ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]),

@@ -1,0 +1,88 @@
+"""Concatenation of int8 tensors along one axis (Concat).
+
+onnxruntime quantizes every input of a Concat with its own parameters; TFLite's CONCATENATION wants them
+equal to the output's. So each input whose parameters differ is first requantized to the output's, with
+TFLM's QUANTIZE rule (a 256-entry table, ops/lut.requant_table), then the blocks are copied (gx_concat_part
+in csrc/gx_kernels.h, one call per input). NumPy reference, C emission, TFLite Micro mapping (QUANTIZE where
+needed + CONCATENATION), MACs (one per output element).
+"""
+import numpy as np
+
+from grpo_edge.errors import ExportError
+
+from ..codegen import c_array
+from ..ir import TensorInfo
+from ..parse import attr, label
+from ..reference import i64
+from ..tflm import nhwc
+from . import OpSpec, elementwise_macs
+
+
+def _blocks(shapes, axis):
+    """(outer, [inner of each input], inner of the output) of a concatenation along axis."""
+    outer = int(np.prod(shapes[0][:axis]))
+    inner = [int(np.prod(s[axis:])) for s in shapes]
+    return outer, inner, int(sum(inner))
+
+
+def reference(*args):
+    *xs, p = args
+    parts = [x if t is None else np.asarray(t, np.int8)[i64(x) + 128] for x, t in zip(xs, p["tables"])]
+    return np.concatenate(parts, axis=p["axis"])
+
+
+def emit(em, i, op, name):
+    a, g = op.attrs, em.g
+    outer, inner, out_inner = _blocks([g.tensors[t].shape for t in op.inputs], a["axis"])
+    calls, offset = [], 0
+    for k, (t, table) in enumerate(zip(op.inputs, a["tables"])):
+        tab = "0"
+        if table is not None:
+            tab = "%s_t%d_%d" % (em.p, i, k)
+            em.data.append(c_array("int8_t", tab, table))
+        calls.append("gx_concat_part(%s, %d, %d, %d, %s, (%s) + %d)" % (tab, outer, inner[k], out_inner,
+                                                                        em.ptr(t), em.ptr(op.output), offset))
+        offset += inner[k]
+    return ";\n    ".join(calls)
+
+
+def tflm(b, i, op):
+    tfl, B, g = b.tfl, b.tfl.BuiltinOperator, b.g
+    out = g.tensors[op.output]
+    ins = []
+    for k, (t, table) in enumerate(zip(op.inputs, op.attrs["tables"])):
+        x = b.act(t)
+        if table is not None:            # to the output's parameters first, as TFLite requires
+            y = b.act("concat%d_in%d" % (i, k), nhwc(g.tensors[t].shape), out.scale, out.zero_point)
+            b.op(B.QUANTIZE, [x], [y])
+            x = y
+        ins.append(x)
+    axis = op.attrs["axis"]
+    if len(out.shape) == 4:
+        axis = (0, 3, 1, 2)[axis]
+    b.op(B.CONCATENATION, ins, [b.act(op.output)], tfl.BuiltinOptions.ConcatenationOptions,
+         tfl.ConcatenationOptionsT(axis=axis))
+
+
+# -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def from_concat(p, node):
+    from .lut import requant_table
+    xs = [p.tensors[p.act_input(node, k)] for k in range(len(node.input))]
+    rank = len(xs[0].shape)
+    axis = int(attr(node, "axis", 1)) % rank
+    if axis == 0 or any(len(x.shape) != rank or tuple(np.delete(x.shape, axis)) != tuple(np.delete(xs[0].shape, axis))
+                        for x in xs):
+        raise ExportError("%s: Concat along axis %d of shapes %s (same rank, equal sizes off the axis, not the "
+                          "batch)" % (label(node), axis, [x.shape for x in xs]))
+    name, scale, zp = p.output_q(node)
+    shape = list(xs[0].shape)
+    shape[axis] = int(sum(x.shape[axis] for x in xs))
+    out = TensorInfo(name, tuple(shape), scale, zp)
+    tables = [None if (x.scale == scale and x.zero_point == zp) else requant_table(x, out, -128, 127) for x in xs]
+    p.add_op("concat", node, [x.name for x in xs], tuple(shape), {"axis": axis, "tables": tables})
+
+
+SPECS = [OpSpec("concat", reference, emit, tflm, elementwise_macs)]
+
+ONNX = {"Concat": from_concat}
