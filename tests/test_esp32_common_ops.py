@@ -13,7 +13,7 @@ from conftest import cli_in, need
 from grpo_edge.cli.main import app
 from grpo_edge.export.onnx2int8 import onnx2int8
 from grpo_edge.export.onnx_fuse import fuse_onnx
-from grpo_edge.targets.esp32 import codegen, parse, rv32, simulate, tflm
+from grpo_edge.targets.esp32 import codegen, parse, rv32, samples, simulate, tflm
 from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.ir import Graph
 
@@ -187,26 +187,13 @@ def test_squeeze_and_unsqueeze_anywhere_move_no_data(tmp_path):
     assert simulate.host_check(g, gen, x)["bit_exact"]
 
 
-class _LayerNormMLP(torch.nn.Module):
-    """Linear -> LayerNorm -> GELU -> Linear: the first model kind of issue 28's "Done when"."""
-
-    def __init__(self, width=16, gelu=True):
-        super().__init__()
-        self.a, self.ln, self.b = torch.nn.Linear(4, width), torch.nn.LayerNorm(width), torch.nn.Linear(width, 3)
-        self.act = torch.nn.GELU() if gelu else torch.nn.Identity()
-
-    def forward(self, x):
-        return self.b(self.act(self.ln(self.a(x))))
-
-
 @pytest.mark.parametrize("opset,width", [(13, 8), (17, 64)])
 def test_layer_norm_within_one_lsb_of_onnxruntime_and_bit_exact_in_c(tmp_path, opset, width):
     """The ONNX op (opset 17) and torch's decomposed form (opset 13, fused first): our integer layer norm is
     within 1 LSB of onnxruntime's float one, and the C equals the reference on the host and rv32, also on
     rows with no variance (all codes equal) and at the int8 extremes."""
     import warnings
-    torch.manual_seed(width)
-    m = _LayerNormMLP(width, gelu=False)
+    m = samples.kind_model("ln_gelu_mlp", seed=width, width=width, gelu=False)[0]
     with torch.no_grad():
         m.ln.weight.normal_(1.0, 0.5)
         m.ln.bias.normal_(0.0, 0.5)
@@ -238,11 +225,10 @@ def test_layer_norm_within_one_lsb_of_onnxruntime_and_bit_exact_in_c(tmp_path, o
 def test_mlp_with_layer_norm_and_gelu_deploys_from_fp32_onnx(tmp_path):
     """Issue 28's first model kind, the user's way: deploy --onnx fp32 --calibration, bit-exact on the host
     and rv32, compiled with -Werror; the TFLM baseline says why it cannot run."""
-    src = _export(_LayerNormMLP(32), tmp_path / "m.onnx")
+    src, calib = samples.export_kind("ln_gelu_mlp", tmp_path)
     out = tmp_path / "esp32"
-    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration",
-                                 str(_calibration(tmp_path / "c.npy")), "--out", str(out), "--option",
-                                 "callgrind=false", "--activations", "int8"])
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
+                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
     assert r.exit_code == 0, r.output
     rep = json.loads((out / "report.json").read_text())
     f, s = rep["figures"], rep["sections"]
@@ -254,33 +240,8 @@ def test_mlp_with_layer_norm_and_gelu_deploys_from_fp32_onnx(tmp_path):
         assert "no TFLM mapping" in s["tflm_baseline"]["skipped"]
 
 
-class _BnCnn(torch.nn.Module):
-    """Conv + BatchNorm (folded) -> HardSwish -> two branches concatenated -> BatchNorm after the Concat (no Conv
-    to fold into: a depthwise 1x1 Conv) -> HardSwish -> mean -> FC: issue 28's CNN kind."""
-
-    def __init__(self):
-        super().__init__()
-        nn = torch.nn
-        self.c1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8)
-        self.a, self.b = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
-        self.bn2, self.fc = nn.BatchNorm2d(12), nn.Linear(12, 5)
-
-    def forward(self, x):
-        h = torch.nn.functional.hardswish(self.bn1(self.c1(x)))
-        h = torch.cat([self.a(h), self.b(h)], dim=1)
-        return self.fc(torch.nn.functional.hardswish(self.bn2(h)).mean(dim=(2, 3)))
-
-
 def _bn_cnn():
-    torch.manual_seed(1)
-    m = _BnCnn()
-    with torch.no_grad():
-        for bn in (m.bn1, m.bn2):
-            bn.running_mean.normal_(0.0, 0.3)
-            bn.running_var.uniform_(0.5, 2.0)
-            bn.weight.normal_(1.0, 0.3)
-            bn.bias.normal_(0.0, 0.3)
-    return m
+    return samples.kind_model("bn_cnn", seed=1)[0]
 
 
 def test_batch_norm_is_folded_or_becomes_a_depthwise_conv(tmp_path):
@@ -304,11 +265,10 @@ def test_cnn_with_batch_norm_hardswish_and_concat_deploys_bit_exact(tmp_path):
     """Issue 28's CNN kind from an fp32 ONNX: the Concat requantizes the input whose parameters differ from
     its output's (a table, TFLite's QUANTIZE rule), the C is bit-exact on host and rv32, and TFLM runs the
     same parameters (QUANTIZE + CONCATENATION), to the same outputs or with the reason they differ."""
-    src = _export(_bn_cnn(), tmp_path / "m.onnx", shape=(1, 1, 12, 12))
+    src, calib = samples.export_kind("bn_cnn", tmp_path, seed=1)
     out = tmp_path / "esp32"
-    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration",
-                                 str(_calibration(tmp_path / "c.npy", shape=(1, 12, 12))), "--out", str(out),
-                                 "--option", "callgrind=false", "--activations", "int8"])
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
+                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
     assert r.exit_code == 0, r.output
     rep = json.loads((out / "report.json").read_text())
     f, s = rep["figures"], rep["sections"]
@@ -322,3 +282,53 @@ def test_cnn_with_batch_norm_hardswish_and_concat_deploys_bit_exact(tmp_path):
     if tflm.available():             # TFLM's HARD_SWISH is fixed point: a difference comes with that reason
         o = s["tflm_baseline"]["outputs"]
         assert o["max_lsb"] == 0 or "HARD_SWISH in fixed point" in o["reason"], o
+
+
+def test_keyword_spotter_with_input_transpose_conv1d_and_softmax_deploys(tmp_path):
+    """The Transpose reads the model's float input (quantized before it), the Conv1d runs as a 2-D conv over
+    a (1, T) image through 4-D views (no copies), the mean over time likewise; host and rv32 bit-exact,
+    within 1 LSB of onnxruntime per op, and TFLM runs the same parameters (its softmax rounds twice)."""
+    src, calib = samples.export_kind("keyword_spotter", tmp_path)
+    out = tmp_path / "esp32"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
+                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((out / "report.json").read_text())
+    f, s = rep["figures"], rep["sections"]
+    assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
+    rows = s["onnxruntime_check"]["per_op"]
+    assert [r["op"] for r in rows] == ["transpose", "conv", "conv", "avgpool", "fc", "softmax"]
+    if rv32.available():
+        assert f["rv32_bit_exact"]["value"] is True
+    if tflm.available():
+        o = s["tflm_baseline"]["outputs"]
+        assert o["max_lsb"] == 0 or "softmax" in o["reason"], o
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1, 3), (0, 3, 1, 2), (0, 2, 3, 1)])
+def test_transpose_4d_equals_numpy_in_c_and_in_tflm(tmp_path, perm):
+    """A 4-D transpose moves data: the C walks the output through the permuted input strides; TFLM gets the
+    same move on its NHWC layout."""
+    class T(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(2, 3, 1)
+
+        def forward(self, x):
+            return self.c(x).permute(*perm).flatten(1)
+    src = _export(T(), tmp_path / "m.onnx", shape=(1, 2, 4, 5))
+    q = tmp_path / "m.int8.onnx"
+    onnx2int8(src, _calibration(tmp_path / "c.npy", shape=(2, 4, 5)), q)
+    g = parse.parse(q)
+    op = next(o for o in g.ops if o.kind == "transpose")
+    assert op.attrs["perm"] == perm
+    one = Graph(g.tensors, [op], op.inputs[0], op.output)
+    x = np.random.default_rng(6).integers(-128, 128, size=(5, 3, 4, 5)).astype(np.int8)
+    assert np.array_equal(R.run(one, x), np.transpose(x, perm))
+    assert simulate.host_check(one, codegen.generate(one, "tr"), x)["bit_exact"]
+    need(tflm.available(), "pip install tflite-micro")
+    (tmp_path / "t.tflite").write_bytes(tflm.to_tflite(one)[0])
+    y = tflm.run(tmp_path / "t.tflite", tflm.to_tflm_input(one, x), str(tmp_path), 1 << 16)
+    want = np.transpose(x, perm)
+    assert np.array_equal(np.asarray(y).reshape(want.shape[0], -1),
+                          want.transpose(0, 2, 3, 1).reshape(want.shape[0], -1))     # TFLM's NHWC output

@@ -144,7 +144,9 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         def get_next(self):
             return next(self._it, None)
 
-    extra = {"ActivationSymmetric": activations == "int16", "WeightSymmetric": True}
+    # ForceQuantizeNoInputCheck: a Transpose / Reshape / MaxPool that reads the model's float input gets a Q
+    # before it too (ORT otherwise leaves such "latent" ops float when nothing upstream is quantized).
+    extra = {"ActivationSymmetric": activations == "int16", "WeightSymmetric": True, "ForceQuantizeNoInputCheck": True}
     if activations == "int16":
         extra["TensorQuantOverrides"] = _int16_overrides(src, data, method)
     cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,

@@ -149,10 +149,34 @@ class _Parser:
         scale, zp = self.act_qparams(q)
         return q.output[0], scale, zp
 
-    def add_op(self, kind, node, inputs, shape, attrs):
+    def add_op(self, kind, node, inputs, shape, attrs, onnx_shape=None):
+        """One op computing `node`'s output (its Q's int8 tensor) of `shape`. An op that works on a 4-D view of
+        a rank-3 tensor (conv1d, a mean over its last axis) gives onnx_shape: its output is then an inner
+        4-D tensor, and a reshape (no data moves) gives the node's output its ONNX shape."""
         name, scale, zp = self.output_q(node)
+        label_ = node.name or node.output[0]
+        if onnx_shape is not None and tuple(onnx_shape) != tuple(shape):
+            inner = name + "/4d"
+            if name in self.qtype:
+                self.qtype[inner] = self.qtype[name]
+            self.tensors[inner] = TensorInfo(inner, tuple(int(d) for d in shape), scale, zp)
+            self.ops.append(Op(kind, label_, list(inputs), inner, attrs))
+            kind, inputs, attrs, shape, label_ = "reshape", [inner], {}, onnx_shape, label_ + "/view"
         self.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), scale, zp)
-        self.ops.append(Op(kind, node.name or node.output[0], list(inputs), name, attrs))
+        self.ops.append(Op(kind, label_, list(inputs), name, attrs))
+        return self.tensors[name]
+
+    def as_4d(self, x):
+        """A rank-3 (1, C, L) activation as (1, C, 1, L) for the 2-D kernels: an alias (a reshape that moves
+        no data), made once per tensor."""
+        if len(x.shape) == 4:
+            return x
+        name = x.name + "/4d"
+        if name not in self.tensors:
+            if x.name in self.qtype:
+                self.qtype[name] = self.qtype[x.name]
+            self.tensors[name] = TensorInfo(name, (x.shape[0], x.shape[1], 1, x.shape[2]), x.scale, x.zero_point)
+            self.ops.append(Op("reshape", name, [x.name], name, {}))
         return self.tensors[name]
 
     # -- main loop

@@ -125,6 +125,89 @@ def build(name: str, out_dir, seed: int = 0) -> Path:
     return int8
 
 
+def _kinds():
+    """The small-model kinds of issue 28, in fp32 (they go through deploy --onnx --calibration)."""
+    import torch
+    from torch import nn
+
+    class LayerNormMLP(nn.Module):
+        """Linear -> LayerNorm -> GELU -> Linear."""
+
+        def __init__(self, width=32, gelu=True):
+            super().__init__()
+            self.a, self.ln, self.b = nn.Linear(4, width), nn.LayerNorm(width), nn.Linear(width, 3)
+            self.act = nn.GELU() if gelu else nn.Identity()
+
+        def forward(self, x):                      # (B, 4) -> (B, 3)
+            return self.b(self.act(self.ln(self.a(x))))
+
+    class KeywordSpotter(nn.Module):
+        """Frames (B, T=20, F=10) transposed to (B, F, T), two Conv1d, mean over time, FC, softmax."""
+
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = nn.Conv1d(10, 16, 3, padding=1), nn.Conv1d(16, 16, 3, stride=2, padding=1)
+            self.fc = nn.Linear(16, 4)
+
+        def forward(self, x):                      # (B, 20, 10) -> (B, 4) probabilities
+            h = torch.relu(self.c1(x.transpose(1, 2)))
+            return torch.softmax(self.fc(torch.relu(self.c2(h)).mean(dim=2)), dim=-1)
+
+    class BnCnn(nn.Module):
+        """Conv + BatchNorm -> HardSwish -> two branches concatenated -> BatchNorm (after the Concat: no Conv to
+        fold into) -> HardSwish -> mean -> FC."""
+
+        def __init__(self):
+            super().__init__()
+            self.c1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.a, self.b = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+            self.bn2, self.fc = nn.BatchNorm2d(12), nn.Linear(12, 5)
+
+        def forward(self, x):                      # (B, 1, 12, 12) -> (B, 5)
+            h = nn.functional.hardswish(self.bn1(self.c1(x)))
+            h = torch.cat([self.a(h), self.b(h)], dim=1)
+            return self.fc(nn.functional.hardswish(self.bn2(h)).mean(dim=(2, 3)))
+
+    return {"ln_gelu_mlp": (LayerNormMLP, (1, 4)), "keyword_spotter": (KeywordSpotter, (1, 20, 10)),
+            "bn_cnn": (BnCnn, (1, 1, 12, 12))}
+
+
+KINDS = ("ln_gelu_mlp", "keyword_spotter", "bn_cnn")
+
+
+def kind_model(name: str, seed: int = 0, **kwargs):
+    """(fp32 torch module, input shape) of a model kind: weights drawn with `seed` (std 0.8), batch norms
+    with non-trivial statistics."""
+    import torch
+    cls, shape = _kinds()[name]
+    torch.manual_seed(seed)
+    m = cls(**kwargs)
+    with torch.no_grad():
+        for p in m.parameters():
+            torch.nn.init.normal_(p, std=0.8)
+        for bn in (x for x in m.modules() if isinstance(x, torch.nn.BatchNorm2d)):
+            bn.running_mean.normal_(0.0, 0.3)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.normal_(1.0, 0.3)
+    return m.eval(), shape
+
+
+def export_kind(name: str, out_dir, seed: int = 0, n_calibration: int = 256):
+    """OUT/<name>.onnx (fp32, opset 17) and OUT/<name>_calibration.npy; returns their paths."""
+    import warnings
+    import torch
+    m, shape = kind_model(name, seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, torch.randn(*shape), str(out / (name + ".onnx")), opset_version=17, dynamo=False,
+                          input_names=["x"], output_names=["y"])
+    x = (np.random.default_rng(seed).normal(size=(n_calibration,) + tuple(shape[1:])) * 1.5).astype(np.float32)
+    np.save(out / (name + "_calibration.npy"), x)
+    return out / (name + ".onnx"), out / (name + "_calibration.npy")
+
+
 def input_shape(name: str):
     return _modules()[name][1]
 

@@ -272,6 +272,25 @@ GX_INLINE void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t 
     }
 }
 
+/* ------------------------------------------------------------------ transpose */
+
+typedef struct {
+    int dims[4];                /* output shape, rank padded to 4 with leading 1s */
+    long stride[4];             /* input stride of each output axis */
+} gx_transpose_t;
+
+/* out (row-major, dims) [a][b][c][d] = in[a s0 + b s1 + c s2 + d s3] (ops/transpose.py). */
+GX_INLINE void gx_transpose(const gx_transpose_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    int a, b, c, d;
+    long k = 0;
+    for (a = 0; a < p->dims[0]; ++a)
+        for (b = 0; b < p->dims[1]; ++b)
+            for (c = 0; c < p->dims[2]; ++c)
+                for (d = 0; d < p->dims[3]; ++d)
+                    out[k++] = in[a * p->stride[0] + b * p->stride[1] + c * p->stride[2] + d * p->stride[3]];
+}
+
 /* ------------------------------------------------------------------ concatenation */
 
 /* One input of a concatenation (ops/concat.py): `outer` blocks of `inner` values, block o copied to

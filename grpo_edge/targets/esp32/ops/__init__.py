@@ -42,7 +42,8 @@ def elementwise_macs(op, tensors):
     return int(tensors[op.output].size)
 
 
-MODULES = ("fully_connected", "conv", "add", "concat", "lut", "layer_norm", "pool", "argmax", "softmax", "reshape")
+MODULES = ("fully_connected", "conv", "add", "concat", "lut", "layer_norm", "pool", "argmax", "softmax", "reshape",
+           "transpose")
 
 
 def _registry():

@@ -104,23 +104,45 @@ def macs(op, tensors):
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
+def _conv1d_geometry(node, L, k):
+    """A 1-D conv's (strides, dilations, pads) as those of a 2-D conv over a (1, L) image."""
+    st, dil = int(attr(node, "strides", [1])[0]), int(attr(node, "dilations", [1])[0])
+    auto = attr(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("NOTSET", ""):
+        p0, p1 = list(attr(node, "pads", [0, 0]))
+    elif auto == "VALID":
+        p0 = p1 = 0
+    else:
+        total = max((-(-L // st) - 1) * st + dil * (k - 1) + 1 - L, 0)
+        p0, p1 = (total // 2, total - total // 2) if auto == "SAME_UPPER" else (total - total // 2, total // 2)
+    return (1, st), (1, dil), (0, int(p0), 0, int(p1))
+
+
 def from_conv(p, node):
+    """Conv over NCHW, or Conv1d over (N, C, L) as a 2-D conv over a (1, L) image (4-D views, no copies)."""
     x = p.tensors[p.act_input(node, 0)]
-    if len(x.shape) != 4:
-        raise ExportError("%s: only 2-D convolution (NCHW input) is supported" % label(node))
+    rank = len(x.shape)
+    if rank not in (3, 4):
+        raise ExportError("%s: only 1-D and 2-D convolution (NCL / NCHW input) is supported" % label(node))
     s = p.source(node, node.input[1])
-    if s[0] != "const" or s[1].ndim != 4:
-        raise ExportError("%s: weights must be a constant 4-D int8 tensor" % label(node))
+    if s[0] != "const" or s[1].ndim != rank:
+        raise ExportError("%s: weights must be a constant %d-D int8 tensor" % (label(node), rank))
     oc = s[1].shape[0]
     w, s_w = p.weights(node, 1, oc)
+    x = p.as_4d(x)
+    w = w.reshape(w.shape[:2] + (1,) * (4 - rank) + w.shape[2:])
     group = int(attr(node, "group", 1))
     C, H, W = x.shape[1:]
     if w.shape[1] * group != C or oc % group:
         raise ExportError("%s: weight shape %s does not fit %d input channels, group %d" % (label(node), w.shape, C, group))
     kh, kw = w.shape[2:]
-    strides = tuple(attr(node, "strides", [1, 1]))
-    dil = tuple(attr(node, "dilations", [1, 1]))
-    pads = onnx_pads(node, (H, W), (kh, kw), strides, dil)
+    if rank == 3:
+        strides, dil, pads = _conv1d_geometry(node, W, kw)
+    else:
+        strides = tuple(attr(node, "strides", [1, 1]))
+        dil = tuple(attr(node, "dilations", [1, 1]))
+        pads = onnx_pads(node, (H, W), (kh, kw), strides, dil)
     oh = (H + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (W + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
     if oh < 1 or ow < 1:
@@ -132,7 +154,7 @@ def from_conv(p, node):
              "strides": strides, "dilations": dil, "pads": pads, "group": group,
              "weight_scales": s_w.astype(np.float32)}
     attrs.update(p.requant_params(x.scale, s_w, out))
-    p.add_op("conv", node, [x.name], out.shape, attrs)
+    p.add_op("conv", node, [x.name], out.shape, attrs, onnx_shape=(1, oc, ow) if rank == 3 else None)
 
 
 def scratch(op):

@@ -94,8 +94,8 @@ def tflm(b, i, op):
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
-def _pool(p, node, kind, kernel, strides, pads, mode=None):
-    x = p.tensors[p.act_input(node, 0)]
+def _pool(p, node, kind, kernel, strides, pads, mode=None, x=None, onnx_shape=None):
+    x = x if x is not None else p.tensors[p.act_input(node, 0)]
     if len(x.shape) != 4:
         raise ExportError("%s: pooling needs an NCHW input" % label(node))
     name, scale, zp = p.output_q(node)
@@ -120,7 +120,7 @@ def _pool(p, node, kind, kernel, strides, pads, mode=None):
         attrs["count"] = count
         attrs["input_zero_point"] = x.zero_point
         attrs["output_offset"] = zp
-    return p.add_op(kind, node, [x.name], out.shape, attrs)
+    return p.add_op(kind, node, [x.name], out.shape, attrs, onnx_shape=onnx_shape)
 
 
 def _pool_attrs(p, node):
@@ -156,10 +156,17 @@ def from_reduce_mean(p, node):
     if axes is None and len(node.input) > 1 and node.input[1]:
         axes = p.consts.get(node.input[1])
     axes = sorted(int(a) % len(x.shape) for a in (axes if axes is not None else []))
+    keep = attr(node, "keepdims", 1)
+    if len(x.shape) == 3 and axes == [2]:             # (1, C, L): a mean over a (1, L) image
+        x4 = p.as_4d(x)
+        _pool(p, node, "avgpool", x4.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean", x=x4,
+              onnx_shape=x.shape[:2] + ((1,) if keep else ()))
+        return
     if len(x.shape) != 4 or axes != [2, 3]:
-        raise ExportError("%s: ReduceMean only over the spatial axes (2, 3) of an NCHW tensor" % label(node))
+        raise ExportError("%s: ReduceMean only over the spatial axes (2, 3) of an NCHW tensor, or the last axis "
+                          "of an NCL one" % label(node))
     t = _pool(p, node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
-    if not attr(node, "keepdims", 1):
+    if not keep:
         t.shape = t.shape[:2]
 
 

@@ -23,9 +23,17 @@ def emit(em, i, op, name):
 def tflm(b, i, op):
     tfl, B, g = b.tfl, b.tfl.BuiltinOperator, b.g
     src, out = g.tensors[op.inputs[0]], g.tensors[op.output]
-    if len(out.shape) == 4 and tuple(out.shape) != tuple(src.shape):
-        raise TargetError("no TFLM mapping for a reshape to 4-D (node %r)" % op.name)
     x = b.act(op.inputs[0])
+    if len(out.shape) == 4 and tuple(out.shape) != tuple(src.shape):
+        if len(src.shape) == 4:
+            raise TargetError("no TFLM mapping for a reshape from 4-D to 4-D (node %r)" % op.name)
+        t = b.act("nchw%d" % i, tuple(out.shape), out.scale, out.zero_point)     # ONNX's order, then NHWC
+        shape = b.const(np.array(out.shape, np.int32), "shape%d" % i, tfl.TensorType.INT32)
+        b.op(B.RESHAPE, [x, shape], [t], tfl.BuiltinOptions.ReshapeOptions,
+             tfl.ReshapeOptionsT(newShape=list(out.shape)))
+        perm = b.const(np.array([0, 2, 3, 1], np.int32), "perm%d" % i, tfl.TensorType.INT32)
+        b.op(B.TRANSPOSE, [t, perm], [b.act(op.output)])
+        return
     if len(src.shape) == 4 and src.shape[1] > 1 and src.shape[2] * src.shape[3] > 1 and len(out.shape) != 4:
         perm = b.const(np.array([0, 3, 1, 2], np.int32), "perm%d" % i, tfl.TensorType.INT32)
         t = b.act("nchw%d" % i, tuple(src.shape), src.scale, src.zero_point)

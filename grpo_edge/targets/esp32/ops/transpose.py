@@ -1,0 +1,61 @@
+"""Transpose of an int8 tensor (rank <= 4, the batch axis kept): data moves, so a kernel (gx_transpose in
+csrc/gx_kernels.h: the output walked in order, the input read through the permuted strides).
+
+onnxruntime quantizes a Transpose's output with its input's parameters (QDQDirect8BitOp), so no arithmetic.
+NumPy reference, C emission, TFLite Micro mapping (TRANSPOSE, the permutation expressed on TFLite's NHWC
+layout for 4-D tensors), MACs (one per element).
+"""
+import numpy as np
+
+from grpo_edge.errors import ExportError
+
+from ..codegen import c_struct
+from ..parse import attr, label
+from . import OpSpec, elementwise_macs
+
+NHWC, NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def reference(x, p):
+    return np.transpose(x, p["perm"])
+
+
+def emit(em, i, op, name):
+    shape = em.g.tensors[op.inputs[0]].shape
+    perm = op.attrs["perm"]
+    pad = 4 - len(shape)
+    strides = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
+    dims = [1] * pad + [int(shape[k]) for k in perm]
+    stride = [0] * pad + [strides[k] for k in perm]
+    em.data.append(c_struct("gx_transpose_t", name, [("dims", "{%s}" % ", ".join(map(str, dims))),
+                                                     ("stride", "{%s}" % ", ".join(map(str, stride)))]))
+    return "gx_transpose(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm(b, i, op):
+    tfl = b.tfl
+    perm = list(op.attrs["perm"])
+    if len(perm) == 4:                      # TFLite holds 4-D tensors as NHWC: the same move on that layout
+        perm = [NCHW[perm[NHWC[k]]] for k in range(4)]
+    pt = b.const(np.array(perm, np.int32), "perm%d" % i, tfl.TensorType.INT32)
+    b.op(tfl.BuiltinOperator.TRANSPOSE, [b.act(op.inputs[0]), pt], [b.act(op.output)])
+
+
+# -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
+
+def from_transpose(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    rank = len(x.shape)
+    perm = [int(k) % rank for k in attr(node, "perm", list(range(rank))[::-1])]
+    if rank > 4 or sorted(perm) != list(range(rank)) or perm[0] != 0:
+        raise ExportError("%s: Transpose %s of a %s tensor (rank 4 at most, the batch axis first)"
+                          % (label(node), perm, x.shape))
+    name, scale, zp = p.output_q(node)
+    if scale != x.scale or zp != x.zero_point:
+        raise ExportError("%s: Transpose input and output quantization differ" % label(node))
+    p.add_op("transpose", node, [x.name], tuple(x.shape[k] for k in perm), {"perm": tuple(perm)})
+
+
+SPECS = [OpSpec("transpose", reference, emit, tflm, elementwise_macs)]
+
+ONNX = {"Transpose": from_transpose}
