@@ -261,11 +261,40 @@ def _set_init(model, inits, name, value):
     inits[name].CopyFrom(t)
 
 
+def _fold_constants(model, fusions):
+    """Nodes whose inputs are all constants (torch's Pow(4, 0.5) for an attention scale, Identity of a shared
+    weight) become initializers, computed with onnx's reference evaluator."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    consts = {i.name for i in model.graph.initializer}
+    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for n in list(model.graph.node):
+        if n.op_type == "Constant" or not n.input or n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            if n.op_type == "Constant":
+                consts.add(n.output[0])
+            continue
+        if not all(i in consts for i in n.input if i):
+            continue
+        missing = [i for i in n.input if i and i not in values]
+        for c in (c for c in model.graph.node if c.op_type == "Constant" and c.output[0] in missing):
+            values[c.output[0]] = numpy_helper.to_array(c.attribute[0].t)
+        g = helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in n.output])
+        sub = helper.make_model(g, opset_imports=list(model.opset_import))
+        outs = ReferenceEvaluator(sub).run(None, {i: values[i] for i in n.input if i})
+        for name, v in zip(n.output, outs):
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(v), name))
+            consts.add(name)
+            values[name] = np.asarray(v)
+        model.graph.node.remove(n)
+        fusions.append({"op": "constant", "node": n.name or n.output[0], "nodes": [n.name], "how": "folded"})
+
+
 def fuse_model(model):
-    """Fuse every decomposed GELU and layer norm of `model` and fold its batch norms (an onnx ModelProto,
-    changed in place); -> the list of fusions."""
+    """Fold constant subexpressions, fuse every decomposed GELU and layer norm of `model` and fold its batch
+    norms (an onnx ModelProto, changed in place); -> the list of fusions."""
     from onnx import helper
     fusions = []
+    _fold_constants(model, fusions)
     _fold_batch_norms(model, fusions)
     _fuse_layer_norms(model, fusions)
     if any(f["op"] == "LayerNormalization" for f in fusions):     # LayerNormalization is an ONNX op from opset 17; ops 13..16 run the same there
@@ -313,10 +342,14 @@ def _type_fused_outputs(model, fusions):
 
 
 def _drop_unused_constants(model):
-    """Constant nodes whose output no node reads any more (a fused pattern's 0.5, 1, sqrt 2) go."""
+    """Constant nodes and initializers that no node reads any more (a fused pattern's 0.5, 1, sqrt 2; a folded
+    batch norm's statistics) go."""
     read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
     for n in [n for n in model.graph.node if n.op_type == "Constant" and n.output[0] not in read]:
         model.graph.node.remove(n)
+    inputs = {i.name for i in model.graph.input}            # an initializer listed as an input stays
+    for t in [t for t in model.graph.initializer if t.name not in read and t.name not in inputs]:
+        model.graph.initializer.remove(t)
 
 
 def fuse_onnx(src, dst) -> list:

@@ -171,10 +171,10 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
                              "%s/%s %s" % (c["activations"], c["weight_rounding"],
                                            "%.3f" % c["agreement_calibration"] if c.get("agreement_calibration") is not None
                                            else c.get("error", "n/a")) for c in q.get("candidates", []))))
-        if q.get("fusions"):
-            rep.notes.append("Before quantizing, fused: %s (export/onnx_fuse.py: one node, so one int8 table, per "
-                             "activation)." % "; ".join("%s at %s %s" % (f["op"], f["node"], f.get("how") or "from %d nodes" % len(f["nodes"]))
-                                                        for f in q["fusions"]))
+        fused = [f for f in q.get("fusions") or [] if f["op"] != "constant"]
+        if fused:
+            rep.notes.append("Before quantizing (export/onnx_fuse.py), fused: %s." % "; ".join(
+                "%s at %s %s" % (f["op"], f["node"], f.get("how") or "from %d nodes" % len(f["nodes"])) for f in fused))
     rep.sections["model"] = graph.summary()
     rep.sections["fit_check"] = fit
     rep.add("arena_bytes", gen.plan.arena_bytes, "B", "exact", "buffer-lifetime planner (no reuse: %d B)" % gen.plan.naive_bytes)

@@ -51,10 +51,16 @@ def unsupported_ops(model) -> list:
     compiler cannot take (rank > 4, a dynamic dimension past the batch), one line each: what deploy checks
     before quantizing. A fused pattern (export/onnx_fuse.py) is named by its fused node."""
     from .ops import ONNX_RULES
-    lines = ["%s at node %r: no ESP32 rule for this op type" % (n.op_type, n.name or n.output[0])
+    lines = ["%s: no ESP32 rule for this op type" % label(n)
              for n in model.graph.node if n.op_type not in ONNX_RULES and n.op_type not in ("Constant",
                                                                                             "DequantizeLinear")]
     consts = {i.name for i in model.graph.initializer}
+    scalars = {i.name for i in model.graph.initializer if int(np.prod(i.dims)) == 1}
+    scalars |= {n.output[0] for n in model.graph.node if n.op_type == "Constant" and n.attribute
+                and int(np.prod(n.attribute[0].t.dims)) == 1}
+    for n in model.graph.node:          # a Mul / Div compiles as a table only with a constant scalar factor
+        if n.op_type in ("Mul", "Div") and not (n.input[1] in scalars or (n.op_type == "Mul" and n.input[0] in scalars)):
+            lines.append("%s: %s of two tensors (only by a constant scalar)" % (label(n), n.op_type))
     for i in (i for i in model.graph.input if i.name not in consts):
         dims = i.type.tensor_type.shape.dim
         if len(dims) > 4:
@@ -139,22 +145,23 @@ class _Parser:
             raise ExportError("%s: input %d must be an activation, got a constant" % (label(node), i))
         return s[1]
 
-    def output_q(self, node):
-        """The single QuantizeLinear after a compute node -> (name of the int8 tensor, scale, zp)."""
-        cons = self.consumers.get(node.output[0], [])
+    def output_q(self, node, k=0):
+        """The single QuantizeLinear after a compute node's output k -> (name of the int8 tensor, scale, zp)."""
+        cons = self.consumers.get(node.output[k], [])
         if len(cons) != 1 or cons[0].op_type != "QuantizeLinear":
             raise ExportError("%s: output %r must feed exactly one QuantizeLinear (found %s)"
-                              % (label(node), node.output[0], [c.op_type for c in cons] or "none"))
+                              % (label(node), node.output[k], [c.op_type for c in cons] or "none"))
         q = cons[0]
         scale, zp = self.act_qparams(q)
         return q.output[0], scale, zp
 
-    def add_op(self, kind, node, inputs, shape, attrs, onnx_shape=None):
+    def add_op(self, kind, node, inputs, shape, attrs, onnx_shape=None, out_index=0):
         """One op computing `node`'s output (its Q's int8 tensor) of `shape`. An op that works on a 4-D view of
         a rank-3 tensor (conv1d, a mean over its last axis) gives onnx_shape: its output is then an inner
-        4-D tensor, and a reshape (no data moves) gives the node's output its ONNX shape."""
-        name, scale, zp = self.output_q(node)
-        label_ = node.name or node.output[0]
+        4-D tensor, and a reshape (no data moves) gives the node's output its ONNX shape. out_index: which
+        output of a node with several (Split)."""
+        name, scale, zp = self.output_q(node, out_index)
+        label_ = (node.name or node.output[0]) + ("/%d" % out_index if out_index else "")
         if onnx_shape is not None and tuple(onnx_shape) != tuple(shape):
             inner = name + "/4d"
             if name in self.qtype:
@@ -171,11 +178,15 @@ class _Parser:
         no data), made once per tensor."""
         if len(x.shape) == 4:
             return x
-        name = x.name + "/4d"
+        return self.view(x, (x.shape[0], x.shape[1], 1, x.shape[2]), "/4d")
+
+    def view(self, x, shape, suffix):
+        """x seen with another shape of the same size (a reshape that moves no data), named x.name + suffix."""
+        name = x.name + suffix
         if name not in self.tensors:
             if x.name in self.qtype:
                 self.qtype[name] = self.qtype[x.name]
-            self.tensors[name] = TensorInfo(name, (x.shape[0], x.shape[1], 1, x.shape[2]), x.scale, x.zero_point)
+            self.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), x.scale, x.zero_point)
             self.ops.append(Op("reshape", name, [x.name], name, {}))
         return self.tensors[name]
 
@@ -225,7 +236,7 @@ class _Parser:
             elif op in ("Constant", "DequantizeLinear"):
                 continue
             elif op not in rules:
-                problems.append("%s at node %r: no ESP32 rule for this op type" % (op, node.name or node.output[0]))
+                problems.append("%s: no ESP32 rule for this op type" % label(node))
                 poisoned.update(node.output)
             else:
                 try:

@@ -168,11 +168,38 @@ def _kinds():
             h = torch.cat([self.a(h), self.b(h)], dim=1)
             return self.fc(nn.functional.hardswish(self.bn2(h)).mean(dim=(2, 3)))
 
+    class Block(nn.Module):
+        """Pre-norm transformer block: LayerNorm, 2-head self-attention through MatMul and Softmax, LayerNorm,
+        GELU MLP, residuals."""
+
+        def __init__(self, d=16, heads=2):
+            super().__init__()
+            self.ln1, self.ln2, self.qkv, self.o = nn.LayerNorm(d), nn.LayerNorm(d), nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.f1, self.f2, self.h = nn.Linear(d, 2 * d), nn.Linear(2 * d, d), heads
+
+        def forward(self, x):                      # (B, T, d) -> (B, T, d)
+            B, T, D = x.shape
+            q, k, v = (t.reshape(B, T, self.h, D // self.h).transpose(1, 2)
+                       for t in self.qkv(self.ln1(x)).split(D, dim=-1))
+            a = torch.softmax(q @ k.transpose(-1, -2) / (D // self.h) ** 0.5, dim=-1)
+            x = x + self.o((a @ v).transpose(1, 2).reshape(B, T, D))
+            return x + self.f2(nn.functional.gelu(self.f1(self.ln2(x))))
+
+    class Encoder(nn.Module):
+        """(B, T=8, F=6) -> linear to d=16 -> two blocks -> mean over T -> 3 classes."""
+
+        def __init__(self):
+            super().__init__()
+            self.inp, self.b1, self.b2, self.head = nn.Linear(6, 16), Block(), Block(), nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.head(self.b2(self.b1(self.inp(x))).mean(dim=1))
+
     return {"ln_gelu_mlp": (LayerNormMLP, (1, 4)), "keyword_spotter": (KeywordSpotter, (1, 20, 10)),
-            "bn_cnn": (BnCnn, (1, 1, 12, 12))}
+            "bn_cnn": (BnCnn, (1, 1, 12, 12)), "encoder": (Encoder, (1, 8, 6))}
 
 
-KINDS = ("ln_gelu_mlp", "keyword_spotter", "bn_cnn")
+KINDS = ("ln_gelu_mlp", "keyword_spotter", "bn_cnn", "encoder")
 
 
 def kind_model(name: str, seed: int = 0, **kwargs):
@@ -189,6 +216,8 @@ def kind_model(name: str, seed: int = 0, **kwargs):
             bn.running_mean.normal_(0.0, 0.3)
             bn.running_var.uniform_(0.5, 2.0)
             bn.weight.normal_(1.0, 0.3)
+        for ln in (x for x in m.modules() if isinstance(x, torch.nn.LayerNorm)):
+            ln.weight.normal_(1.0, 0.3)
     return m.eval(), shape
 
 

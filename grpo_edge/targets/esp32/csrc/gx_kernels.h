@@ -272,6 +272,36 @@ GX_INLINE void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t 
     }
 }
 
+/* ------------------------------------------------------------------ matmul of two activations */
+
+typedef struct {
+    int batches, m, k, n;       /* a: [batches][m][k], b: [batches][k][n], out: [batches][m][n] */
+    int32_t a_offset, b_offset; /* -zero points */
+    int32_t mult;
+    int shift;
+    int32_t out_offset, act_min, act_max;
+} gx_matmul_t;
+
+/* out = requant(sum_k (a + a_offset)(b + b_offset)), one multiplier (ops/matmul.py: attention's q k^T and
+ * a v; TFLite BATCH_MATMUL's rule). */
+GX_INLINE void gx_matmul(const gx_matmul_t *p, const int8_t *restrict a, const int8_t *restrict b,
+                         int8_t *restrict out)
+{
+    int t, i, j, k;
+    for (t = 0; t < p->batches; ++t) {
+        const int8_t *at = a + (long)t * p->m * p->k, *bt = b + (long)t * p->k * p->n;
+        int8_t *ot = out + (long)t * p->m * p->n;
+        for (i = 0; i < p->m; ++i)
+            for (j = 0; j < p->n; ++j) {
+                int32_t acc = 0;
+                for (k = 0; k < p->k; ++k)
+                    acc += ((int32_t)at[i * p->k + k] + p->a_offset) * ((int32_t)bt[k * p->n + j] + p->b_offset);
+                ot[i * p->n + j] = (int8_t)gx_clamp(gx_mbqm(acc, p->mult, p->shift) + p->out_offset,
+                                                    p->act_min, p->act_max);
+            }
+    }
+}
+
 /* ------------------------------------------------------------------ transpose */
 
 typedef struct {
@@ -304,6 +334,17 @@ GX_INLINE void gx_concat_part(const int8_t *table, int outer, int inner, int out
             const int8_t v = in[(long)o * inner + k];
             out[(long)o * out_inner + k] = table ? table[v + 128] : v;
         }
+}
+
+/* ------------------------------------------------------------------ slice (one output of a Split) */
+
+/* out[o][k] = in[o][k] for `outer` blocks: `inner` values out of every `in_inner` (in already at the slice's
+ * start; ops/split.py). */
+GX_INLINE void gx_slice(int outer, int inner, int in_inner, const int8_t *restrict in, int8_t *restrict out)
+{
+    int o, k;
+    for (o = 0; o < outer; ++o)
+        for (k = 0; k < inner; ++k) out[(long)o * inner + k] = in[(long)o * in_inner + k];
 }
 
 /* ------------------------------------------------------------------ layer norm */

@@ -42,8 +42,8 @@ def elementwise_macs(op, tensors):
     return int(tensors[op.output].size)
 
 
-MODULES = ("fully_connected", "conv", "add", "concat", "lut", "layer_norm", "pool", "argmax", "softmax", "reshape",
-           "transpose")
+MODULES = ("fully_connected", "matmul", "conv", "add", "concat", "lut", "layer_norm", "pool", "argmax", "softmax",
+           "reshape", "split", "transpose")
 
 
 def _registry():

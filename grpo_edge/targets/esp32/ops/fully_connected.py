@@ -15,13 +15,15 @@ from . import OpSpec
 
 
 def reference(x, p):
-    """x (B, IN) int8; weights (OUT, IN) int8; bias (OUT,) int32 -> (B, OUT) int8.
+    """x (B, IN) or (B, T, IN) int8 (every row alike); weights (OUT, IN) int8; bias (OUT,) int32 -> (B, OUT)
+    or (B, T, OUT) int8.
 
     acc = sum(w * (x + input_offset)) + bias (reference/integer_ops/fully_connected.h).
     """
-    xo = i64(x) + p["input_offset"]                         # (B, IN)
-    acc = xo @ i64(p["weights"]).T + i64(p["bias"])        # (B, OUT)
-    return requantize(acc, p, 1)
+    w = i64(p["weights"])
+    xo = i64(x).reshape(-1, w.shape[1]) + p["input_offset"]  # (B rows, IN)
+    acc = xo @ w.T + i64(p["bias"])                         # (B rows, OUT)
+    return requantize(acc, p, 1).reshape(np.shape(x)[:-1] + (w.shape[0],))
 
 
 def reference16(x, p):
@@ -40,7 +42,17 @@ def emit(em, i, op, name):
     em.data.append(c_struct("gx_fc_t", name, [
         ("n_in", IN), ("n_out", OUT), ("in_offset", 0 if fold else a["input_offset"]),
         ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
-    return "gx_fc(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    return _rows(em, op, "gx_fc(&%s, %%s, %%s)" % name, IN, OUT)
+
+
+def _rows(em, op, call, IN, OUT) -> str:
+    """The call on the one row of a (1, IN) input, or a loop over the rows of a (1, T, IN) one."""
+    rows = em.g.tensors[op.inputs[0]].size // IN
+    x, y = em.ptr(op.inputs[0]), em.ptr(op.output)
+    if rows == 1:
+        return call % (x, y)
+    return "{ int r_; for (r_ = 0; r_ < %d; ++r_) %s; }" % (rows, call % ("(%s) + r_ * %d" % (x, IN),
+                                                                             "(%s) + r_ * %d" % (y, OUT)))
 
 
 def emit16(em, i, op, name):
@@ -55,7 +67,7 @@ def emit16(em, i, op, name):
     em.arrays(i, a, a["weights"], a["bias"])
     em.data.append(c_struct("gx_fc16_t", name, [
         ("n_in", IN), ("n_out", OUT), ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a, False))]))
-    return "gx_fc16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    return _rows(em, op, "gx_fc16(&%s, %%s, %%s)" % name, IN, OUT)
 
 
 def tflm(b, i, op):
@@ -64,11 +76,13 @@ def tflm(b, i, op):
     wt = b.const(a["weights"], "w%d" % i, tfl.TensorType.INT8, a["weight_scales"], 0)
     bt = b.bias(i, op)
     b.op(tfl.BuiltinOperator.FULLY_CONNECTED, [b.act(op.inputs[0]), wt, bt], [b.act(op.output)],
-            tfl.BuiltinOptions.FullyConnectedOptions, tfl.FullyConnectedOptionsT())
+         tfl.BuiltinOptions.FullyConnectedOptions,
+         tfl.FullyConnectedOptionsT(keepNumDims=len(b.g.tensors[op.output].shape) > 2))
 
 
 def macs(op, tensors):
-    return int(op.attrs["weights"].size)
+    w = op.attrs["weights"]
+    return int(w.size * (tensors[op.inputs[0]].size // w.shape[1]))
 
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
@@ -89,8 +103,12 @@ def from_gemm(p, node):
 
 
 def from_mat_mul(p, node):
-    x = p.tensors[p.act_input(node, 0)]
+    """activation x constant 2-D weights: a fully connected layer; two activations: ops/matmul.py."""
     s = p.source(node, node.input[1])
+    if s[0] == "act":
+        from .matmul import from_activations
+        return from_activations(p, node)
+    x = p.tensors[p.act_input(node, 0)]
     if s[0] != "const" or s[1].ndim != 2:
         raise ExportError("%s: only activation x constant 2-D weight MatMul is supported" % label(node))
     w, s_w = p.weights(node, 1, s[1].shape[1])
@@ -98,12 +116,13 @@ def from_mat_mul(p, node):
 
 
 def _fc(p, node, x, w, s_w, bias_index):
-    if len(x.shape) != 2 or x.shape[1] != w.shape[1]:
+    """(1, IN) -> (1, OUT), or every row of a (1, T, IN) -> (1, T, OUT) (a MatMul over a sequence)."""
+    if len(x.shape) not in (2, 3) or x.shape[-1] != w.shape[1]:
         raise ExportError("%s: input shape %s does not match weights %s (flatten first)"
                           % (label(node), x.shape, w.shape))
     bias = p.bias(node, bias_index, w.shape[0], x.scale, s_w) if bias_index else np.zeros(w.shape[0], np.int32)
     name, scale, zp = p.output_q(node)
-    out = TensorInfo(name, (1, w.shape[0]), scale, zp)
+    out = TensorInfo(name, tuple(x.shape[:-1]) + (w.shape[0],), scale, zp)
     attrs = {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
              "weight_scales": s_w.astype(np.float32)}
     attrs.update(p.requant_params(x.scale, s_w, out))

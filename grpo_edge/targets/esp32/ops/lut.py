@@ -51,6 +51,7 @@ FLOAT_FUNCTIONS = {
     "gelu_tanh": lambda r, a: 0.5 * r * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (r + 0.044715 * r ** 3))),
     "hardsigmoid": lambda r, a: np.clip(a["alpha"] * r + a["beta"], 0.0, 1.0),
     "leakyrelu": lambda r, a: np.where(r >= 0, r, a["alpha"] * r),
+    "scale": lambda r, a: r * a["k"],                 # Mul / Div by a constant scalar
 }
 
 
@@ -111,6 +112,13 @@ def tflm(b, i, op):
     elif f == "hardswish":
         b.op(B.HARD_SWISH, [x], [b.act(y)])
         b.notes.append("op %d (hardswish): %s" % (i, REASON_FIXED_POINT % "HARD_SWISH"))
+    elif f == "scale":                # MUL by the factor as an int8 constant (+-127 at scale |k| / 127)
+        k = float(op.attrs["k"])
+        c = b.const(np.array([127 if k > 0 else -127], np.int8), "k%d" % i, b.tfl.TensorType.INT8,
+                    [abs(k) / 127.0], 0)
+        b.op(B.MUL, [x, c], [b.act(y)], b.tfl.BuiltinOptions.MulOptions, b.tfl.MulOptionsT())
+        b.notes.append("op %d (scale): TFLM's int8 MUL by the factor %.6g (rounds differently from our table "
+                       "of quantize(k dequantize(q)), which matches onnxruntime)" % (i, k))
     elif f in ("gelu", "gelu_tanh", "hardsigmoid"):
         raise TargetError("no TFLM mapping for %s (node %r): %s" % (f, op.name, NO_TFLM[f]))
     elif f == "leakyrelu":
@@ -215,6 +223,40 @@ def from_hard_sigmoid(p, node):
                                                  "beta": float(attr(node, "beta", 0.5))})
 
 
+def _scalar_operand(p, node, i):
+    """A constant scalar input of a Mul / Div (float, or int8 behind a DequantizeLinear), or None."""
+    src = p.source(node, node.input[i])
+    if src[0] == "float_const" and np.asarray(src[1]).size == 1:
+        return float(np.asarray(src[1]).reshape(-1)[0])
+    if src[0] == "const" and np.asarray(src[1]).size == 1:
+        return float((np.asarray(src[1], np.float64) - np.asarray(src[3], np.float64)).reshape(-1)[0]
+                     * np.asarray(src[2], np.float64).reshape(-1)[0])
+    return None
+
+
+def from_mul(p, node):
+    """An activation times a constant scalar: the table of quantize(k dequantize(q))."""
+    for act, const in ((0, 1), (1, 0)):
+        k = _scalar_operand(p, node, const)
+        if k is not None:
+            x = p.tensors[p.act_input(node, act)]
+            name, scale, zp = p.output_q(node)
+            out = TensorInfo(name, x.shape, scale, zp)
+            p.add_op("lut", node, [x.name], x.shape, {"table": float_table(x, out, "scale", {"k": k}),
+                                                      "function": "scale", "k": k})
+            return
+    raise ExportError("%s: Mul of two activations is not supported yet (a constant scalar factor is)" % label(node))
+
+
+def from_div(p, node):
+    """An activation divided by a constant scalar (an attention's 1 / sqrt(d)): the table of quantize(dequantize(q)
+    / c)."""
+    c = _scalar_operand(p, node, 1)
+    if c is None or c == 0:
+        raise ExportError("%s: Div only by a non-zero constant scalar" % label(node))
+    _elementwise(p, node, "scale", params={"k": 1.0 / c})
+
+
 def from_leaky_relu(p, node):
     _elementwise(p, node, "leakyrelu", params={"alpha": float(attr(node, "alpha", 0.01))})
 
@@ -224,4 +266,4 @@ SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs),
 
 ONNX = {"QuantizeLinear": from_quantize_linear, "Relu": from_relu, "Clip": from_clip, "Tanh": from_tanh, "Sigmoid": from_sigmoid,
         "HardSwish": from_hard_swish, "Gelu": from_gelu, "FastGelu": from_fast_gelu, "HardSigmoid": from_hard_sigmoid,
-        "LeakyRelu": from_leaky_relu}
+        "LeakyRelu": from_leaky_relu, "Mul": from_mul, "Div": from_div}

@@ -162,9 +162,14 @@ def from_reduce_mean(p, node):
         _pool(p, node, "avgpool", x4.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean", x=x4,
               onnx_shape=x.shape[:2] + ((1,) if keep else ()))
         return
+    if len(x.shape) == 3 and axes == [1]:             # (1, T, D): a mean over T, a (T, D) image of one channel
+        x4 = p.view(x, (1, 1) + tuple(x.shape[1:]), "/4d_t")
+        _pool(p, node, "avgpool", (x.shape[1], 1), (1, 1), (0, 0, 0, 0), mode="mean", x=x4,
+              onnx_shape=(1, 1, x.shape[2]) if keep else (1, x.shape[2]))
+        return
     if len(x.shape) != 4 or axes != [2, 3]:
-        raise ExportError("%s: ReduceMean only over the spatial axes (2, 3) of an NCHW tensor, or the last axis "
-                          "of an NCL one" % label(node))
+        raise ExportError("%s: ReduceMean only over the spatial axes (2, 3) of an NCHW tensor, or axis 1 or 2 "
+                          "of a rank-3 one" % label(node))
     t = _pool(p, node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
     if not keep:
         t.shape = t.shape[:2]
