@@ -40,6 +40,17 @@ def _mlp(*acts):
     return torch.nn.Sequential(torch.nn.Linear(4, 16), *acts, torch.nn.Linear(16, 3))
 
 
+def _deploy_kind(name, tmp_path, seed=0):
+    """A model kind of samples.KINDS, the user's way: deploy --onnx fp32 --calibration (int8, no callgrind);
+    -> (the output folder, report.json)."""
+    src, calib = samples.export_kind(name, tmp_path, seed=seed)
+    out = tmp_path / "esp32"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
+                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
+    assert r.exit_code == 0, r.output
+    return out, json.loads((out / "report.json").read_text())
+
+
 def _op_types(path):
     import onnx
     return [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type not in ("Constant",)]
@@ -225,12 +236,7 @@ def test_layer_norm_within_one_lsb_of_onnxruntime_and_bit_exact_in_c(tmp_path, o
 def test_mlp_with_layer_norm_and_gelu_deploys_from_fp32_onnx(tmp_path):
     """Issue 28's first model kind, the user's way: deploy --onnx fp32 --calibration, bit-exact on the host
     and rv32, compiled with -Werror; the TFLM baseline says why it cannot run."""
-    src, calib = samples.export_kind("ln_gelu_mlp", tmp_path)
-    out = tmp_path / "esp32"
-    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
-                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
-    assert r.exit_code == 0, r.output
-    rep = json.loads((out / "report.json").read_text())
+    out, rep = _deploy_kind("ln_gelu_mlp", tmp_path)
     f, s = rep["figures"], rep["sections"]
     assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
     if rv32.available():
@@ -265,12 +271,7 @@ def test_cnn_with_batch_norm_hardswish_and_concat_deploys_bit_exact(tmp_path):
     """Issue 28's CNN kind from an fp32 ONNX: the Concat requantizes the input whose parameters differ from
     its output's (a table, TFLite's QUANTIZE rule), the C is bit-exact on host and rv32, and TFLM runs the
     same parameters (QUANTIZE + CONCATENATION), to the same outputs or with the reason they differ."""
-    src, calib = samples.export_kind("bn_cnn", tmp_path, seed=1)
-    out = tmp_path / "esp32"
-    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
-                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
-    assert r.exit_code == 0, r.output
-    rep = json.loads((out / "report.json").read_text())
+    out, rep = _deploy_kind("bn_cnn", tmp_path, seed=1)
     f, s = rep["figures"], rep["sections"]
     assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
     g = parse.parse(out / "model.int8.onnx")
@@ -288,12 +289,7 @@ def test_keyword_spotter_with_input_transpose_conv1d_and_softmax_deploys(tmp_pat
     """The Transpose reads the model's float input (quantized before it), the Conv1d runs as a 2-D conv over
     a (1, T) image through 4-D views (no copies), the mean over time likewise; host and rv32 bit-exact,
     within 1 LSB of onnxruntime per op, and TFLM runs the same parameters (its softmax rounds twice)."""
-    src, calib = samples.export_kind("keyword_spotter", tmp_path)
-    out = tmp_path / "esp32"
-    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
-                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
-    assert r.exit_code == 0, r.output
-    rep = json.loads((out / "report.json").read_text())
+    out, rep = _deploy_kind("keyword_spotter", tmp_path)
     f, s = rep["figures"], rep["sections"]
     assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
     rows = s["onnxruntime_check"]["per_op"]
@@ -339,12 +335,7 @@ def test_transformer_encoder_classifier_deploys_bit_exact(tmp_path):
     Reshape + Transpose; MatMul of activations, a Div by sqrt(d) as a table, Softmax, MatMul; GELU MLP;
     residual Adds), a mean over time, a head. torch's constant Pow and shared-weight Identity nodes fold.
     Host and rv32 bit-exact, every op within 1 LSB of onnxruntime."""
-    src, calib = samples.export_kind("encoder", tmp_path)
-    out = tmp_path / "esp32"
-    r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
-                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
-    assert r.exit_code == 0, r.output
-    rep = json.loads((out / "report.json").read_text())
+    out, rep = _deploy_kind("encoder", tmp_path)
     f, s = rep["figures"], rep["sections"]
     assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
     kinds = [r["op"] for r in s["onnxruntime_check"]["per_op"]]

@@ -167,7 +167,8 @@ def test_16x8_kernels_alone_match_reference(tmp_path):
 
 
 def test_isqrt64_is_the_exact_floor_square_root(tmp_path):
-    """gx_isqrt64 (the layer norm's standard deviation) equals math.isqrt on edges and random 64-bit values."""
+    """gx_isqrt64 (the layer norms' standard deviation) equals math.isqrt, and so does its NumPy mirror
+    fixedpoint.isqrt64 below 2^62, on edges and random 64-bit values."""
     import math
     rng = np.random.default_rng(7)
     vals = [0, 1, 2, 3, 4, 15, 16, 17, (1 << 32) - 1, 1 << 32, (1 << 62) - 1, 1 << 62, (1 << 64) - 1]
@@ -178,3 +179,6 @@ def test_isqrt64_is_the_exact_floor_square_root(tmp_path):
             '    return 0;\n}\n' % ", ".join("%dULL" % v for v in vals))
     got = _compile_run(tmp_path, "isqrt", body)
     assert [int(g) for g in got] == [math.isqrt(v) for v in vals]
+    from grpo_edge.targets.esp32.fixedpoint import isqrt64
+    small = [v for v in vals if v < 1 << 62]
+    assert isqrt64(np.array(small, np.int64)).tolist() == [math.isqrt(v) for v in small]

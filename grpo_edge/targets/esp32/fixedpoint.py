@@ -107,7 +107,11 @@ def fnv1a(data: bytes, h: int = FNV_OFFSET) -> int:
     return h
 
 
-def isqrt(v) -> int:
-    """floor(sqrt(v)) of a non-negative integer, exact (gx_isqrt64)."""
-    import math
-    return math.isqrt(int(v))
+def isqrt64(v):
+    """floor(sqrt(v)) of non-negative int64 values below 2^62, exact (gx_isqrt64)."""
+    v = np.asarray(v, dtype=np.int64)
+    r = np.floor(np.sqrt(v.astype(np.float64))).astype(np.int64)
+    for _ in range(2):
+        r = np.where(r * r > v, r - 1, r)
+        r = np.where((r + 1) * (r + 1) <= v, r + 1, r)
+    return r

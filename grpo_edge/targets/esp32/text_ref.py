@@ -24,7 +24,7 @@ Rules (TFLite's where TFLite has one):
 """
 import numpy as np
 
-from .fixedpoint import FNV_OFFSET, check_int32, clamp16, fnv1a, i64, mbqm
+from .fixedpoint import FNV_OFFSET, check_int32, clamp16, fnv1a, i64, isqrt64, mbqm
 from .textir import EOS, PAD
 
 
@@ -79,16 +79,6 @@ def softmax16(x, m, s, exp_lut, recip_lut):
     rs = 31 - hp1
     out = (e * recip + (np.int64(1) << (rs - 1))) >> rs
     return np.clip(out, 0, 32767).astype(np.int16)
-
-
-def isqrt64(v):
-    """floor(sqrt(v)) of non-negative int64 values (exact)."""
-    v = i64(v)
-    r = np.floor(np.sqrt(v.astype(np.float64))).astype(np.int64)
-    for _ in range(2):
-        r = np.where(r * r > v, r - 1, r)
-        r = np.where((r + 1) * (r + 1) <= v, r + 1, r)
-    return r
 
 
 def div_round_away(a, n):

@@ -99,23 +99,6 @@ static inline void gxt_softmax16(const int16_t *x, int n, int32_t m, int s, cons
     }
 }
 
-/* floor(sqrt(v)), bit by bit. */
-static inline uint32_t gxt_isqrt64(uint64_t v)
-{
-    uint64_t r = 0, bit = (uint64_t)1 << 62;
-    while (bit > v) bit >>= 2;
-    while (bit) {
-        if (v >= r + bit) {
-            v -= r + bit;
-            r = (r >> 1) + bit;
-        } else {
-            r >>= 1;
-        }
-        bit >>= 2;
-    }
-    return (uint32_t)r;
-}
-
 /* Our integer layer norm (TFLite has none; docs/esp32.md): x int16 (D) -> y int16 (D). */
 static inline void gxt_layernorm16(const int16_t *x, int d, const int32_t *m, const int8_t *s, const int32_t *beta,
                                    int32_t eps, int16_t *y)
@@ -134,7 +117,7 @@ static inline void gxt_layernorm16(const int16_t *x, int d, const int32_t *m, co
     }
     var = var / d + eps;
     if (var < 1) var = 1;
-    sd = gxt_isqrt64((uint64_t)var << 16);
+    sd = gx_isqrt64((uint64_t)var << 16);
     inv = (((int64_t)1 << 38) + (sd >> 1)) / sd;
     for (i = 0; i < d; ++i) {
         int32_t e = (int32_t)x[i] - mean;

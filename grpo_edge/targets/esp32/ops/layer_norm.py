@@ -17,7 +17,7 @@ from grpo_edge.errors import ExportError, TargetError
 
 from .. import reference as R
 from ..codegen import INT32_MAX, c_requant, c_struct
-from ..fixedpoint import isqrt
+from ..fixedpoint import isqrt64
 from ..ir import TensorInfo
 from ..parse import attr, label
 from . import OpSpec, elementwise_macs
@@ -30,8 +30,8 @@ def reference(x, p):
     xs = R.i64(x).reshape(-1, D)
     e = D * xs - xs.sum(axis=1, keepdims=True)
     ss = (e * e).sum(axis=1)
-    sigma = np.array([isqrt(((int(v) + int(p["eps"])) << 16) // D) for v in ss], np.int64)
-    rec = np.array([(1 << 40) // int(s) if s else 0 for s in sigma], np.int64).reshape(-1, 1)
+    sigma = isqrt64(((ss + int(p["eps"])) << 16) // D)
+    rec = np.where(sigma > 0, (np.int64(1) << 40) // np.maximum(sigma, 1), 0).reshape(-1, 1)
     n = (e * rec + (1 << 15)) >> 16
     acc = n * R.i64(p["gamma"]).reshape(1, D) + R.i64(p["bias"]).reshape(1, D)
     return R.requantize(acc, p, 1).reshape(np.shape(x))
