@@ -381,3 +381,36 @@ def test_matmul_of_two_activations_equals_tflm_batch_matmul(tmp_path):
     subprocess.run([sys.executable, str(tflm.RUNNER), str(tmp_path / "mm.tflite"), str(1 << 16),
                     str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "--out", str(tmp_path / "y.npy")], check=True)
     assert np.array_equal(np.load(tmp_path / "y.npy").reshape(ref.shape), ref)
+
+
+def test_pad_and_sub_equal_onnxruntime_tflm_and_the_c(tmp_path):
+    """Pad (constant, zero and non-zero values, uneven widths) and Sub (activation - activation: ADD's
+    arithmetic with the second term negated, which is TFLite's SUB): within 1 LSB of onnxruntime, the C equal
+    to the reference, TFLM's PAD / PADV2 / SUB equal on the same parameters."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Conv2d(1, 3, 3), torch.nn.Conv2d(1, 3, 3)
+
+        def forward(self, x):
+            d = self.a(x) - self.b(x)                                          # (1, 3, 6, 6)
+            d = torch.nn.functional.pad(d, (1, 2, 0, 1))                       # zeros: the zero point
+            return torch.nn.functional.pad(torch.relu(d), (2, 0, 1, 1), value=0.5).flatten(1)
+    src = _export(M(), tmp_path / "m.onnx", shape=(1, 1, 8, 8))
+    fuse_onnx(src, tmp_path / "f.onnx")
+    q = tmp_path / "m.int8.onnx"
+    onnx2int8(tmp_path / "f.onnx", _calibration(tmp_path / "c.npy", shape=(1, 8, 8)), q)
+    g = parse.parse(q)
+    kinds = [op.kind for op in g.ops]
+    assert kinds.count("pad") == 2 and "add" in kinds and g.ops[kinds.index("add")].attrs.get("subtract")
+    res = simulate.ort_check(g, q, (np.random.default_rng(3).normal(size=(100, 1, 8, 8)) * 1.5).astype(np.float32))
+    assert res["per_op_max_lsb"] <= 1, res["per_op"]
+    x = np.random.default_rng(4).integers(-128, 128, size=(50, 1, 8, 8)).astype(np.int8)
+    gen = codegen.generate(g, "padsub")
+    assert simulate.host_check(g, gen, x)["bit_exact"]
+    if rv32.available():
+        assert rv32.rv32_check(g, gen, x[:4], n_counted=1)["bit_exact"]
+    need(tflm.available(), "pip install tflite-micro")
+    (tmp_path / "m.tflite").write_bytes(tflm.to_tflite(g)[0])
+    y = tflm.run(tmp_path / "m.tflite", tflm.to_tflm_input(g, x), str(tmp_path), 1 << 16).reshape(len(x), -1)
+    assert np.array_equal(y, R.run(g, x).reshape(len(x), -1))

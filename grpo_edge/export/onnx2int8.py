@@ -29,9 +29,10 @@ ACTIVATIONS = ("int8", "int16")
 WEIGHT_ROUNDING = ("nearest", "gptq")
 # TFLite's 16x8 mode fixes these ops' int16 output parameters (scale 1/32768, zero point 0).
 FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
-# Elementwise activations that ORT's default op list leaves out: quantized too, so that two of them in a row
-# (Gelu then HardSigmoid) still get an int8 edge between them.
-ACTIVATION_OPS = ("Tanh", "Sigmoid", "HardSwish", "HardSigmoid", "LeakyRelu", "Relu", "Clip", "Gelu", "FastGelu")
+# Elementwise ops that ORT's default op list leaves out: quantized too, so that two of them in a row (Gelu then
+# HardSigmoid) still get an int8 edge between them.
+ACTIVATION_OPS = ("Tanh", "Sigmoid", "HardSwish", "HardSigmoid", "LeakyRelu", "Relu", "Clip", "Gelu", "FastGelu",
+                  "Sub")
 INT16_HEADROOM = 2.0       # int16 activation ranges: this many times the calibration range (minmax)
 MIN_SAMPLES = 100
 

@@ -302,6 +302,32 @@ GX_INLINE void gx_matmul(const gx_matmul_t *p, const int8_t *restrict a, const i
     }
 }
 
+/* ------------------------------------------------------------------ constant pad */
+
+typedef struct {
+    int dims[4], out_dims[4], begin[4];     /* rank padded to 4 with leading 1s */
+    int32_t value;                           /* the pad value's int8 code */
+    const int8_t *table;                     /* 0, or the input's requantization to the output's parameters */
+} gx_pad_t;
+
+/* out = value everywhere, then each input row (the last axis) copied to its place, through table when the
+ * output's parameters differ from the input's (ops/pad.py). */
+GX_INLINE void gx_pad(const gx_pad_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    const long n = (long)p->out_dims[0] * p->out_dims[1] * p->out_dims[2] * p->out_dims[3];
+    long k;
+    int a, b, c, d;
+    for (k = 0; k < n; ++k) out[k] = (int8_t)p->value;
+    for (a = 0; a < p->dims[0]; ++a)
+        for (b = 0; b < p->dims[1]; ++b)
+            for (c = 0; c < p->dims[2]; ++c) {
+                const int8_t *src = in + (((long)a * p->dims[1] + b) * p->dims[2] + c) * p->dims[3];
+                int8_t *dst = out + ((((long)(a + p->begin[0]) * p->out_dims[1] + b + p->begin[1]) * p->out_dims[2]
+                                      + c + p->begin[2]) * p->out_dims[3] + p->begin[3]);
+                for (d = 0; d < p->dims[3]; ++d) dst[d] = p->table ? p->table[src[d] + 128] : src[d];
+            }
+}
+
 /* ------------------------------------------------------------------ transpose */
 
 typedef struct {

@@ -77,17 +77,30 @@ def tflm(b, i, op):
             ins.append(tt)
         else:
             ins.append(b.act(t))
-    b.op(tfl.BuiltinOperator.ADD, ins, [b.act(op.output)], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
+    if a.get("subtract"):
+        b.op(tfl.BuiltinOperator.SUB, ins, [b.act(op.output)], tfl.BuiltinOptions.SubOptions, tfl.SubOptionsT())
+    else:
+        b.op(tfl.BuiltinOperator.ADD, ins, [b.act(op.output)], tfl.BuiltinOptions.AddOptions, tfl.AddOptionsT())
 
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
-def from_add(p, node):
+def from_sub(p, node):
+    """a - b: TFLite's SUB is ADD's arithmetic with the second rescaled term subtracted; mbqm is odd (it
+    rounds half away from zero), so that is ADD with the second multiplier negated: no other kernel."""
+    if p.source(node, node.input[0])[0] != "act":
+        raise ExportError("%s: Sub of a constant minus an activation is not supported (activation - constant is)"
+                          % label(node))
+    from_add(p, node, sub=True)
+
+
+def from_add(p, node, sub=False):
     srcs = [p.source(node, node.input[i]) for i in (0, 1)]
     if srcs[0][0] != "act":
         srcs = srcs[::-1]
     if srcs[0][0] != "act" or srcs[1][0] == "float_const":
-        raise ExportError("%s: Add needs an int8 activation and an int8 activation or constant" % label(node))
+        raise ExportError("%s: %s needs an int8 activation and an int8 activation or constant"
+                          % (label(node), "Sub" if sub else "Add"))
     a = p.tensors[srcs[0][1]]
     consts = {}
     if srcs[1][0] == "act":
@@ -109,9 +122,11 @@ def from_add(p, node):
     out = TensorInfo(name, a.shape, scale, zp)
     attrs = add_params(a, b, out, consts)
     attrs["constant_quant"] = {n: (b.scale, b.zero_point) for n in consts}
+    if sub:
+        attrs["input2_multiplier"], attrs["subtract"] = -attrs["input2_multiplier"], True
     p.add_op("add", node, [a.name, b.name], a.shape, attrs)
 
 
 SPECS = [OpSpec("add", reference, emit, tflm, elementwise_macs)]
 
-ONNX = {"Add": from_add}
+ONNX = {"Add": from_add, "Sub": from_sub}
