@@ -212,47 +212,61 @@ def _last_dim(model, g, gamma, beta):
 
 
 def _fold_batch_norms(model, fusions):
-    """Every BatchNormalization of a 4-D tensor (inference form): folded into the Conv before it when the BN is
-    that Conv's only reader, else replaced by the same per-channel affine as a depthwise 1x1 Conv."""
-    from onnx import helper, numpy_helper
-    import onnx
+    """Every BatchNormalization (inference form) of a rank 2-4 tensor: folded into the Conv (or Gemm) before it
+    when the BN is its only reader, else written as the same per-channel affine: a depthwise 1x1 Conv (rank
+    3-4) or a Gemm with a diagonal weight (rank 2)."""
+    from onnx import numpy_helper
     g = _Graph(model)
     inits = {i.name: i for i in model.graph.initializer}
     bns = [n for n in model.graph.node if n.op_type == "BatchNormalization" and len(n.output) == 1]
-    if not bns:
-        return
-    typed = list(onnx.shape_inference.infer_shapes(model).graph.value_info) + list(model.graph.input)
-    rank = {v.name: len(v.type.tensor_type.shape.dim) for v in typed}
+    rank = {k: len(v) for k, v in _static_shapes(model).items()} if bns else {}
     for bn in bns:
-        if any(i not in g.consts for i in bn.input[1:5]) or rank.get(bn.input[0]) != 4:
+        if any(i not in g.consts for i in bn.input[1:5]) or rank.get(bn.input[0]) not in (2, 3, 4):
             continue
-        eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+        eps = next((x.f for x in bn.attribute if x.name == "epsilon"), 1e-5)
         scale, beta, mean, var = (np.asarray(g.consts[i], np.float64) for i in bn.input[1:5])
         a = scale / np.sqrt(var + eps)
         b = beta - mean * a
-        conv = g.producer.get(bn.input[0])
-        if (conv is not None and conv.op_type == "Conv" and g.only_consumer(conv.output[0], "BatchNormalization") is bn
-                and conv.input[1] in inits and (len(conv.input) < 3 or conv.input[2] in inits)):
-            w = numpy_helper.to_array(inits[conv.input[1]]).astype(np.float64)
-            cb = numpy_helper.to_array(inits[conv.input[2]]).astype(np.float64) if len(conv.input) > 2 else 0.0
-            _set_init(model, inits, conv.input[1], (w * a.reshape(-1, 1, 1, 1)).astype(np.float32))
-            bias = conv.name + "/bn_bias"
-            model.graph.initializer.append(numpy_helper.from_array((cb * a + b).astype(np.float32), bias))
-            del conv.input[2:]
-            conv.input.append(bias)
-            conv.output[0] = bn.output[0]
-            how = "folded into %s" % (conv.name or conv.output[0])
+        prev = g.producer.get(bn.input[0])
+        foldable = (prev is not None and prev.op_type in ("Conv", "Gemm") and prev.input[1] in inits
+                    and (len(prev.input) < 3 or prev.input[2] in inits)
+                    and g.only_consumer(prev.output[0], "BatchNormalization") is bn
+                    and all(x.f == 1.0 for x in prev.attribute if x.name in ("alpha", "beta")))
+        if foldable:
+            w = numpy_helper.to_array(inits[prev.input[1]]).astype(np.float64)
+            bias = numpy_helper.to_array(inits[prev.input[2]]).astype(np.float64) if len(prev.input) > 2 else 0.0
+            trans_b = next((x.i for x in prev.attribute if x.name == "transB"), 0)
+            per_out = a.reshape((1, -1) if prev.op_type == "Gemm" and not trans_b else (-1,) + (1,) * (w.ndim - 1))
+            _set_init(model, inits, prev.input[1], (w * per_out).astype(np.float32))
+            name = (prev.name or prev.output[0]) + "/bn_bias"
+            model.graph.initializer.append(numpy_helper.from_array((bias * a + b).astype(np.float32), name))
+            del prev.input[2:]
+            prev.input.append(name)
+            prev.output[0] = bn.output[0]
+            how = "folded into %s" % (prev.name or prev.output[0])
         else:
-            name = (bn.name or bn.output[0]) + "/as_conv"
-            model.graph.initializer.extend([
-                numpy_helper.from_array(a.reshape(-1, 1, 1, 1).astype(np.float32), name + "/w"),
-                numpy_helper.from_array(b.astype(np.float32), name + "/b")])
-            model.graph.node.insert(list(model.graph.node).index(bn), helper.make_node(
-                "Conv", [bn.input[0], name + "/w", name + "/b"], [bn.output[0]], name=name, group=len(a),
-                kernel_shape=[1, 1]))
-            how = "as a depthwise 1x1 Conv"
+            how = _affine_node(model, bn, a, b, rank[bn.input[0]])
         model.graph.node.remove(bn)
         fusions.append({"op": "BatchNormalization", "node": bn.name or bn.output[0], "nodes": [bn.name], "how": how})
+
+
+def _affine_node(model, bn, a, b, rank) -> str:
+    """x a + b per channel, in place of `bn`: a depthwise 1x1 Conv (rank 3-4) or a diagonal Gemm (rank 2)."""
+    from onnx import helper, numpy_helper
+    name = (bn.name or bn.output[0]) + "/affine"
+    if rank == 2:
+        w, node = np.diag(a), helper.make_node("Gemm", [bn.input[0], name + "/w", name + "/b"], [bn.output[0]],
+                                               name=name)
+        how = "as a Gemm with a diagonal weight"
+    else:
+        w = a.reshape((-1,) + (1,) * (rank - 1))
+        node = helper.make_node("Conv", [bn.input[0], name + "/w", name + "/b"], [bn.output[0]], name=name,
+                                group=len(a), kernel_shape=[1] * (rank - 2))
+        how = "as a depthwise 1x1 Conv"
+    model.graph.initializer.extend([numpy_helper.from_array(w.astype(np.float32), name + "/w"),
+                                    numpy_helper.from_array(b.astype(np.float32), name + "/b")])
+    model.graph.node.insert(list(model.graph.node).index(bn), node)
+    return how
 
 
 def _set_init(model, inits, name, value):
@@ -261,29 +275,44 @@ def _set_init(model, inits, name, value):
     inits[name].CopyFrom(t)
 
 
+def _static_shapes(model) -> dict:
+    """{tensor: its shape} for the tensors whose every dimension shape inference knows."""
+    import onnx
+    try:
+        typed = list(onnx.shape_inference.infer_shapes(model).graph.value_info) + list(model.graph.input)
+    except Exception:  # noqa: BLE001 - a model shape inference cannot read: nothing is known
+        return {}
+    out = {}
+    for v in typed:
+        dims = v.type.tensor_type.shape.dim
+        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            out[v.name] = [int(d.dim_value) for d in dims]
+    return out
+
+
 def _fold_constants(model, fusions):
     """Nodes whose inputs are all constants (torch's Pow(4, 0.5) for an attention scale, Identity of a shared
-    weight) become initializers, computed with onnx's reference evaluator."""
+    weight) become initializers, computed with onnx's reference evaluator; so does a Shape of a tensor whose
+    shape is static (nn.MultiheadAttention computes its head size from Shape, Gather, Cast, Sqrt)."""
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
-    consts = {i.name for i in model.graph.initializer}
     values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    values.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    shapes = _static_shapes(model)
     for n in list(model.graph.node):
-        if n.op_type == "Constant" or not n.input or n.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            if n.op_type == "Constant":
-                consts.add(n.output[0])
+        if n.op_type in ("Constant", "QuantizeLinear", "DequantizeLinear") or not n.input:
             continue
-        if not all(i in consts for i in n.input if i):
+        if n.op_type == "Shape" and n.input[0] in shapes and not n.attribute:
+            outs = [np.array(shapes[n.input[0]], np.int64)]
+        elif all(i in values for i in n.input if i):
+            g = helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in n.output])
+            sub = helper.make_model(g, opset_imports=list(model.opset_import))
+            outs = ReferenceEvaluator(sub).run(None, {i: values[i] for i in n.input if i})
+        else:
             continue
-        missing = [i for i in n.input if i and i not in values]
-        for c in (c for c in model.graph.node if c.op_type == "Constant" and c.output[0] in missing):
-            values[c.output[0]] = numpy_helper.to_array(c.attribute[0].t)
-        g = helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in n.output])
-        sub = helper.make_model(g, opset_imports=list(model.opset_import))
-        outs = ReferenceEvaluator(sub).run(None, {i: values[i] for i in n.input if i})
         for name, v in zip(n.output, outs):
             model.graph.initializer.append(numpy_helper.from_array(np.asarray(v), name))
-            consts.add(name)
             values[name] = np.asarray(v)
         model.graph.node.remove(n)
         fusions.append({"op": "constant", "node": n.name or n.output[0], "nodes": [n.name], "how": "folded"})

@@ -58,9 +58,9 @@ def unsupported_ops(model) -> list:
     scalars = {i.name for i in model.graph.initializer if int(np.prod(i.dims)) == 1}
     scalars |= {n.output[0] for n in model.graph.node if n.op_type == "Constant" and n.attribute
                 and int(np.prod(n.attribute[0].t.dims)) == 1}
-    for n in model.graph.node:          # a Mul / Div compiles as a table only with a constant scalar factor
-        if n.op_type in ("Mul", "Div") and not (n.input[1] in scalars or (n.op_type == "Mul" and n.input[0] in scalars)):
-            lines.append("%s: %s of two tensors (only by a constant scalar)" % (label(n), n.op_type))
+    for n in model.graph.node:          # a Div compiles as a table, only by a constant scalar
+        if n.op_type == "Div" and n.input[1] not in scalars:
+            lines.append("%s: Div by a tensor (only by a constant scalar)" % label(n))
     for i in (i for i in model.graph.input if i.name not in consts):
         dims = i.type.tensor_type.shape.dim
         if len(dims) > 4:

@@ -328,6 +328,35 @@ GX_INLINE void gx_pad(const gx_pad_t *p, const int8_t *restrict in, int8_t *rest
             }
 }
 
+/* ------------------------------------------------------------------ elementwise multiply */
+
+typedef struct {
+    int dims[4];                /* output shape, rank padded to 4 */
+    long a_stride[4], b_stride[4];  /* each input's strides over the output axes (0 where it broadcasts) */
+    int32_t a_offset, b_offset, mult;
+    int shift;
+    int32_t out_offset, act_min, act_max;
+} gx_mul_t;
+
+/* out = clamp(mbqm((a + a_offset)(b + b_offset)) + out_offset), b or a broadcast (TFLite MUL int8;
+ * ops/mul.py: a squeeze-excitation gate, a product of two branches). */
+GX_INLINE void gx_mul(const gx_mul_t *p, const int8_t *restrict a, const int8_t *restrict b, int8_t *restrict out)
+{
+    int i, j, k, l;
+    long o = 0;
+    for (i = 0; i < p->dims[0]; ++i)
+        for (j = 0; j < p->dims[1]; ++j)
+            for (k = 0; k < p->dims[2]; ++k)
+                for (l = 0; l < p->dims[3]; ++l) {
+                    const int32_t x = (int32_t)a[i * p->a_stride[0] + j * p->a_stride[1] + k * p->a_stride[2]
+                                                 + l * p->a_stride[3]] + p->a_offset;
+                    const int32_t y = (int32_t)b[i * p->b_stride[0] + j * p->b_stride[1] + k * p->b_stride[2]
+                                                 + l * p->b_stride[3]] + p->b_offset;
+                    out[o++] = (int8_t)gx_clamp(gx_mbqm(x * y, p->mult, p->shift) + p->out_offset, p->act_min,
+                                                p->act_max);
+                }
+}
+
 /* ------------------------------------------------------------------ transpose */
 
 typedef struct {

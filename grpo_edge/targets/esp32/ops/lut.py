@@ -235,7 +235,8 @@ def _scalar_operand(p, node, i):
 
 
 def from_mul(p, node):
-    """An activation times a constant scalar: the table of quantize(k dequantize(q))."""
+    """An activation times a constant scalar: the table of quantize(k dequantize(q)); two activations:
+    ops/mul.py."""
     for act, const in ((0, 1), (1, 0)):
         k = _scalar_operand(p, node, const)
         if k is not None:
@@ -245,7 +246,8 @@ def from_mul(p, node):
             p.add_op("lut", node, [x.name], x.shape, {"table": float_table(x, out, "scale", {"k": k}),
                                                       "function": "scale", "k": k})
             return
-    raise ExportError("%s: Mul of two activations is not supported yet (a constant scalar factor is)" % label(node))
+    from .mul import from_activations            # two activations (one may broadcast): TFLite MUL
+    from_activations(p, node)
 
 
 def from_div(p, node):
