@@ -483,3 +483,53 @@ def test_batch_norm_1d_folds_or_becomes_a_diagonal_gemm_or_a_depthwise_conv1d(tm
     assert res["per_op_max_lsb"] <= 1, res["per_op"]
     x = np.random.default_rng(4).integers(-128, 128, size=(50,) + shape[1:]).astype(np.int8)
     assert simulate.host_check(g, codegen.generate(g, "bn1d"), x)["bit_exact"]
+
+
+class _KwsVariant(torch.nn.Module):
+    """Another keyword spotter: Conv1d padding='same', BatchNorm1d, MaxPool1d, a depthwise Conv1d,
+    AdaptiveAvgPool1d (GlobalAveragePool on rank 3), Flatten."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.c1, self.bn, self.mp = nn.Conv1d(10, 16, 3, padding="same"), nn.BatchNorm1d(16), nn.MaxPool1d(2)
+        self.c2, self.pool, self.fc = nn.Conv1d(16, 16, 3, padding=1, groups=16), nn.AdaptiveAvgPool1d(1), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.c2(self.mp(torch.relu(self.bn(self.c1(x.permute(0, 2, 1)))))))
+        return torch.softmax(self.fc(torch.flatten(self.pool(h), 1)), -1)
+
+
+class _MlpVariant(torch.nn.Module):
+    """Another LayerNorm + GELU MLP: the tanh GELU, then a residual block whose erf GELU follows the first."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.a, self.ln, self.b, self.ln2, self.c = (nn.Linear(8, 32), nn.LayerNorm(32), nn.Linear(32, 32),
+                                                     nn.LayerNorm(32), nn.Linear(32, 2))
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.ln(self.a(x)), approximate="tanh")
+        return self.c(h + torch.nn.functional.gelu(self.ln2(self.b(h))))
+
+
+@pytest.mark.parametrize("cls,shape", [(_KwsVariant, (1, 20, 10)), (_MlpVariant, (1, 8))])
+def test_variants_of_the_kinds_deploy_bit_exact(tmp_path, cls, shape):
+    """Models of the same kinds written another way: the 1-D pools and a BatchNorm1d; a fused GELU right
+    after another fused one (its output typed for the quantizer too)."""
+    from grpo_edge.targets import deploy
+    torch.manual_seed(0)
+    m = cls().eval()
+    with torch.no_grad():
+        for bn in (x for x in m.modules() if isinstance(x, torch.nn.BatchNorm1d)):
+            bn.running_mean.normal_(0.0, 0.3)
+            bn.running_var.uniform_(0.5, 2.0)
+    src = _export(m, tmp_path / "m.onnx", shape=shape)
+    rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
+        "calibration": str(_calibration(tmp_path / "c.npy", shape=shape[1:])), "activations": "int8",
+        "callgrind": False})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True

@@ -357,13 +357,16 @@ def fuse_model(model):
 
 def _type_fused_outputs(model, fusions):
     """ONNX shape inference does not know the contrib ops: give each fused output its input's type and shape
-    (an elementwise function), so the quantizer's calibration sees a float tensor there."""
+    (an elementwise function), so the quantizer's calibration sees a float tensor there. In graph order, with
+    inference run again after each, so a fused op after another one (Gelu after FastGelu) is typed too."""
     import onnx
-    known = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-    known.update({v.name: v for v in model.graph.input})
-    fused = {f["node"] for f in fusions}
+    fused = {f["node"] for f in fusions if f["op"] in ("Gelu", "FastGelu")}
     for n in model.graph.node:
-        if n.name in fused and n.input[0] in known and not any(v.name == n.output[0] for v in model.graph.value_info):
+        if n.name not in fused or any(v.name == n.output[0] for v in model.graph.value_info):
+            continue
+        known = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+        known.update({v.name: v for v in model.graph.input})
+        if n.input[0] in known:
             v = onnx.ValueInfoProto()
             v.CopyFrom(known[n.input[0]])
             v.name = n.output[0]

@@ -123,8 +123,10 @@ def _per_op_vs_ort(graph, vals, B) -> list:
         y = OPS[op.kind].reference(*args, op.attrs)
         target = op.output
         if op.output not in ort:
-            vals[op.output] = y.reshape((B,) + tuple(graph.tensors[op.output].shape[1:]))
             target = op.output[:-len("/4d")] if op.output.endswith("/4d") else None
+            # the next op reads ORT's values through the view, not ours
+            src = vals[target] if target in ort else y
+            vals[op.output] = src.reshape((B,) + tuple(graph.tensors[op.output].shape[1:]))
         if target not in ort or (op.kind == "reshape" and not ({op.output} | set(op.inputs)) <= ort):
             continue
         d = np.abs(y.reshape(vals[target].shape).astype(np.int64) - vals[target].astype(np.int64))

@@ -104,7 +104,7 @@ def macs(op, tensors):
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
-def _conv1d_geometry(node, L, k):
+def geometry_1d(node, L, k):
     """A 1-D conv's (strides, dilations, pads) as those of a 2-D conv over a (1, L) image."""
     st, dil = int(attr(node, "strides", [1])[0]), int(attr(node, "dilations", [1])[0])
     auto = attr(node, "auto_pad", b"NOTSET")
@@ -138,7 +138,7 @@ def from_conv(p, node):
         raise ExportError("%s: weight shape %s does not fit %d input channels, group %d" % (label(node), w.shape, C, group))
     kh, kw = w.shape[2:]
     if rank == 3:
-        strides, dil, pads = _conv1d_geometry(node, W, kw)
+        strides, dil, pads = geometry_1d(node, W, kw)
     else:
         strides = tuple(attr(node, "strides", [1, 1]))
         dil = tuple(attr(node, "dilations", [1, 1]))

@@ -124,29 +124,43 @@ def _pool(p, node, kind, kernel, strides, pads, mode=None, x=None, onnx_shape=No
 
 
 def _pool_attrs(p, node):
+    """(kernel, strides, pads, x as 4-D, the output's ONNX shape or None): a 1-D pool over (1, C, L) runs as a
+    2-D one over a (1, L) image (a 4-D view, no copy)."""
     x = p.tensors[p.act_input(node, 0)]
+    one_d = len(x.shape) == 3
     k = tuple(attr(node, "kernel_shape"))
-    st = tuple(attr(node, "strides", [1, 1]))
-    if attr(node, "ceil_mode", 0) or tuple(attr(node, "dilations", [1, 1])) != (1, 1):
+    if attr(node, "ceil_mode", 0) or any(d != 1 for d in attr(node, "dilations", [1] * len(k))):
         raise ExportError("%s: ceil_mode and dilations are not supported" % label(node))
-    return k, st, onnx_pads(node, x.shape[2:], k, st, (1, 1))
+    if not one_d:
+        st = tuple(attr(node, "strides", [1, 1]))
+        return k, st, onnx_pads(node, x.shape[2:], k, st, (1, 1)), x, None
+    from .conv import geometry_1d
+    st, _, pads = geometry_1d(node, x.shape[2], k[0])
+    out_len = (x.shape[2] + pads[1] + pads[3] - k[0]) // st[1] + 1
+    return (1, k[0]), st, pads, p.as_4d(x), (1, x.shape[1], out_len)
 
 
 def from_max_pool(p, node):
     if len(node.output) > 1 and node.output[1]:
         raise ExportError("%s: MaxPool indices output is not supported" % label(node))
-    _pool(p, node, "maxpool", *_pool_attrs(p, node))
+    k, st, pads, x, shape = _pool_attrs(p, node)
+    _pool(p, node, "maxpool", k, st, pads, x=x, onnx_shape=shape)
 
 
 def from_average_pool(p, node):
-    k, st, pads = _pool_attrs(p, node)
+    k, st, pads, x, shape = _pool_attrs(p, node)
     if attr(node, "count_include_pad", 0) and any(pads):
         raise ExportError("%s: count_include_pad=1 with padding is not supported" % label(node))
-    _pool(p, node, "avgpool", k, st, pads)
+    _pool(p, node, "avgpool", k, st, pads, x=x, onnx_shape=shape)
 
 
 def from_global_average_pool(p, node):
     x = p.tensors[p.act_input(node, 0)]
+    if len(x.shape) == 3:                         # (1, C, L) -> (1, C, 1): a mean over a (1, L) image
+        x4 = p.as_4d(x)
+        _pool(p, node, "avgpool", x4.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean", x=x4,
+              onnx_shape=(1, x.shape[1], 1))
+        return
     _pool(p, node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
 
 
