@@ -51,6 +51,19 @@ def _deploy_kind(name, tmp_path, seed=0):
     return out, json.loads((out / "report.json").read_text())
 
 
+def _ort_host_rv32(g, q, shape, prefix):
+    """Every op within 1 LSB of onnxruntime; the C equal to the reference on the host and rv32; -> the int8
+    inputs it ran."""
+    res = simulate.ort_check(g, q, (np.random.default_rng(3).normal(size=(100,) + shape) * 1.5).astype(np.float32))
+    assert res["per_op_max_lsb"] <= 1, res["per_op"]
+    x = np.random.default_rng(4).integers(-128, 128, size=(50,) + shape).astype(np.int8)
+    gen = codegen.generate(g, prefix)
+    assert simulate.host_check(g, gen, x)["bit_exact"]
+    if rv32.available():
+        assert rv32.rv32_check(g, gen, x[:4], n_counted=1)["bit_exact"]
+    return x
+
+
 def _op_types(path):
     import onnx
     return [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type not in ("Constant",)]
@@ -404,13 +417,7 @@ def test_pad_and_sub_equal_onnxruntime_tflm_and_the_c(tmp_path):
     g = parse.parse(q)
     kinds = [op.kind for op in g.ops]
     assert kinds.count("pad") == 2 and "add" in kinds and g.ops[kinds.index("add")].attrs.get("subtract")
-    res = simulate.ort_check(g, q, (np.random.default_rng(3).normal(size=(100, 1, 8, 8)) * 1.5).astype(np.float32))
-    assert res["per_op_max_lsb"] <= 1, res["per_op"]
-    x = np.random.default_rng(4).integers(-128, 128, size=(50, 1, 8, 8)).astype(np.int8)
-    gen = codegen.generate(g, "padsub")
-    assert simulate.host_check(g, gen, x)["bit_exact"]
-    if rv32.available():
-        assert rv32.rv32_check(g, gen, x[:4], n_counted=1)["bit_exact"]
+    x = _ort_host_rv32(g, q, (1, 8, 8), "padsub")
     need(tflm.available(), "pip install tflite-micro")
     (tmp_path / "m.tflite").write_bytes(tflm.to_tflite(g)[0])
     y = tflm.run(tmp_path / "m.tflite", tflm.to_tflm_input(g, x), str(tmp_path), 1 << 16).reshape(len(x), -1)
@@ -437,13 +444,7 @@ def test_mul_of_two_activations_with_broadcast_equals_onnxruntime_tflm_and_the_c
     g = parse.parse(q)
     muls = [op for op in g.ops if op.kind == "mul"]
     assert len(muls) == 2 and g.tensors[muls[0].inputs[1]].shape == (1, 4, 1, 1)
-    res = simulate.ort_check(g, q, (np.random.default_rng(3).normal(size=(100, 1, 7, 7)) * 1.5).astype(np.float32))
-    assert res["per_op_max_lsb"] <= 1, res["per_op"]
-    x = np.random.default_rng(4).integers(-128, 128, size=(50, 1, 7, 7)).astype(np.int8)
-    gen = codegen.generate(g, "se")
-    assert simulate.host_check(g, gen, x)["bit_exact"]
-    if rv32.available():
-        assert rv32.rv32_check(g, gen, x[:4], n_counted=1)["bit_exact"]
+    x = _ort_host_rv32(g, q, (1, 7, 7), "se")
     need(tflm.available(), "pip install tflite-micro")
     buf, notes = tflm.to_tflite(g)
     (tmp_path / "m.tflite").write_bytes(buf)
@@ -531,5 +532,39 @@ def test_variants_of_the_kinds_deploy_bit_exact(tmp_path, cls, shape):
         "callgrind": False})
     f = rep.figures
     assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+
+
+@pytest.mark.parametrize("pick", ["class_token", "slice_mean"])
+def test_transformer_variants_pick_tokens_by_gather_or_slice(tmp_path, pick):
+    """A positional embedding added as a constant; the head reads the first token (x[:, 0]: Gather of a
+    constant index, a slice and a view without the axis) or the mean of tokens 2..5 (Slice): host and rv32
+    bit-exact, every op within 1 LSB of onnxruntime."""
+    from grpo_edge.targets import deploy
+    base = samples.kind_model("encoder")[0]
+
+    class Variant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.b1, self.head = base.inp, base.b1, torch.nn.Linear(16, 3)
+            self.pos = torch.nn.Parameter(torch.randn(1, 8, 16) * 0.1)
+
+        def forward(self, x):
+            h = self.b1(self.inp(x) + self.pos)
+            return self.head(h[:, 0] if pick == "class_token" else h[:, 2:6].mean(dim=1))
+    import warnings
+    src = tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Variant().eval(), torch.randn(1, 8, 6), str(src), opset_version=17, dynamo=False,
+                          input_names=["x"], output_names=["y"])
+    assert ("Gather" if pick == "class_token" else "Slice") in _op_types(src)
+    rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
+        "calibration": str(_calibration(tmp_path / "c.npy", shape=(8, 6))), "activations": "int8",
+        "callgrind": False, "tflm": False})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
+    assert "slice" in [r["op"] for r in rep.sections["onnxruntime_check"]["per_op"]]
     if rv32.available():
         assert f["rv32_bit_exact"].value is True

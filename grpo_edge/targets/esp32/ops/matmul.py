@@ -57,13 +57,8 @@ def from_activations(p, node):
                           % (label(node), a.shape, b.shape))
     if a.shape[-1] * 256 * 256 > INT32_MAX:
         raise ExportError("%s: MatMul over %d terms could overflow the int32 accumulator" % (label(node), a.shape[-1]))
-    name, scale, zp = p.output_q(node)
-    shape = tuple(a.shape[:-1]) + (b.shape[-1],)
-    m, s = R.quantize_multiplier(float(a.scale) * float(b.scale) / float(scale))
-    lo, hi = R.activation_range("none", scale, zp)
-    p.add_op("matmul", node, [a.name, b.name], shape, {
-        "a_offset": -a.zero_point, "b_offset": -b.zero_point, "multiplier": m, "shift": s, "output_offset": zp,
-        "activation_min": lo, "activation_max": hi})
+    from .mul import product_params
+    p.add_op("matmul", node, [a.name, b.name], tuple(a.shape[:-1]) + (b.shape[-1],), product_params(p, node, a, b))
 
 
 SPECS = [OpSpec("matmul", reference, emit, tflm, macs)]

@@ -45,6 +45,16 @@ def tflm(b, i, op):
          b.tfl.BuiltinOptions.MulOptions, b.tfl.MulOptionsT())
 
 
+def product_params(p, node, a, b) -> dict:
+    """The parameters of a product of two int8 activations a, b into node's output (this Mul, a MatMul):
+    their offsets, the multiplier sa sb / sy, the output's offset and range."""
+    _, scale, zp = p.output_q(node)
+    m, s = R.quantize_multiplier(float(a.scale) * float(b.scale) / float(scale))
+    lo, hi = R.activation_range("none", scale, zp)
+    return {"a_offset": -a.zero_point, "b_offset": -b.zero_point, "multiplier": m, "shift": s, "output_offset": zp,
+            "activation_min": lo, "activation_max": hi}
+
+
 def from_activations(p, node):
     """lut.from_mul hands over a Mul of two activations."""
     a, b = (p.tensors[p.act_input(node, k)] for k in (0, 1))
@@ -54,12 +64,7 @@ def from_activations(p, node):
         raise ExportError("%s: Mul of shapes %s and %s does not broadcast" % (label(node), a.shape, b.shape))
     if len(shape) > 4 or shape[0] != 1:
         raise ExportError("%s: Mul to a %s tensor (rank 4 at most, batch 1)" % (label(node), shape))
-    name, scale, zp = p.output_q(node)
-    m, s = R.quantize_multiplier(float(a.scale) * float(b.scale) / float(scale))
-    lo, hi = R.activation_range("none", scale, zp)
-    p.add_op("mul", node, [a.name, b.name], shape, {
-        "a_offset": -a.zero_point, "b_offset": -b.zero_point, "multiplier": m, "shift": s, "output_offset": zp,
-        "activation_min": lo, "activation_max": hi})
+    p.add_op("mul", node, [a.name, b.name], shape, product_params(p, node, a, b))
 
 
 SPECS = [OpSpec("mul", reference, emit, tflm, elementwise_macs)]
