@@ -582,3 +582,33 @@ def test_docs_list_every_onnx_rule():
         first = row.split("|")[1]
         named |= set(re.findall(r"\b([A-Z][A-Za-z]+)\b", first.split("(")[0]))
     assert named == set(ONNX_RULES), (named ^ set(ONNX_RULES))
+
+
+def test_class_token_concatenated_and_a_layer_norm_without_affine(tmp_path):
+    """A learned class token concatenated before the sequence (a Concat with a constant input: requantized
+    once, its bytes in flash) and F.layer_norm without weight or bias (gamma and beta are Constants the
+    quantizer writes as activations: read back as real values); host and rv32 bit-exact, every op within
+    1 LSB of onnxruntime."""
+    from grpo_edge.targets import deploy
+    block = samples.kind_model("encoder")[0].b1
+
+    class ClassToken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.b, self.head = torch.nn.Linear(6, 16), block, torch.nn.Linear(16, 3)
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 16) * 0.5)
+
+        def forward(self, x):
+            h = torch.cat([self.cls.expand(x.shape[0], -1, -1), self.inp(x)], dim=1)
+            return self.head(torch.nn.functional.layer_norm(self.b(h), (16,))[:, 0])
+    src = _export(ClassToken(), tmp_path / "m.onnx", shape=(1, 8, 6))
+    rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
+        "calibration": str(_calibration(tmp_path / "c.npy", shape=(8, 6))), "activations": "int8",
+        "callgrind": False, "tflm": False})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+    g = parse.parse(tmp_path / "out" / "model.int8.onnx")
+    cat = next(op for op in g.ops if op.kind == "concat")
+    assert len(cat.attrs["constants"]) == 1 and cat.attrs["tables"][0] is None

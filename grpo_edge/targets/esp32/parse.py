@@ -135,6 +135,12 @@ class _Parser:
         if src in self.consts:
             scale, zp = self.qparams(p)
             return ("const", self.consts[src], scale, zp, attr(p, "axis", 1))
+        q = self.producer.get(src)
+        if q is not None and q.op_type == "QuantizeLinear" and q.input[0] in self.consts:
+            # a float constant quantized in the graph (onnxruntime does so with Constant nodes): its codes now
+            scale, zp = self.qparams(q)
+            codes = R.quantize(self.consts[q.input[0]], scale.reshape(()), int(zp.reshape(())), zp.dtype.name)
+            return ("const", codes, scale, zp, attr(p, "axis", 1))
         if src not in self.tensors:
             raise ExportError("%s: input %r comes from an unsupported path" % (label(node), float_name))
         return ("act", src)

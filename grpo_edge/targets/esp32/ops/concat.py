@@ -11,6 +11,7 @@ import numpy as np
 from grpo_edge.errors import ExportError
 
 from ..codegen import c_array
+from .. import reference as R
 from ..ir import TensorInfo
 from ..parse import attr, label
 from ..reference import i64
@@ -28,20 +29,26 @@ def _blocks(shapes, axis):
 def reference(*args):
     *xs, p = args
     parts = [x if t is None else np.asarray(t, np.int8)[i64(x) + 128] for x, t in zip(xs, p["tables"])]
+    batch = max(len(x) for x in parts)            # a constant input (a class token) has batch 1
+    parts = [np.broadcast_to(x, (batch,) + x.shape[1:]) for x in parts]
     return np.concatenate(parts, axis=p["axis"])
 
 
 def emit(em, i, op, name):
     a, g = op.attrs, em.g
-    outer, inner, out_inner = _blocks([g.tensors[t].shape for t in op.inputs], a["axis"])
+    outer, inner, out_inner = _blocks([a["constants"][t].shape if t in a["constants"] else g.tensors[t].shape
+                                       for t in op.inputs], a["axis"])
     calls, offset = [], 0
     for k, (t, table) in enumerate(zip(op.inputs, a["tables"])):
-        tab = "0"
+        tab, src = "0", None
         if table is not None:
             tab = "%s_t%d_%d" % (em.p, i, k)
             em.data.append(c_array("int8_t", tab, table))
+        if t in a["constants"]:                   # a constant input: its bytes in flash
+            src = "%s_c%d_%d" % (em.p, i, k)
+            em.data.append(c_array("int8_t", src, a["constants"][t]))
         calls.append("gx_concat_part(%s, %d, %d, %d, %s, (%s) + %d)" % (tab, outer, inner[k], out_inner,
-                                                                        em.ptr(t), em.ptr(op.output), offset))
+                                                                        src or em.ptr(t), em.ptr(op.output), offset))
         offset += inner[k]
     return ";\n    ".join(calls)
 
@@ -51,6 +58,12 @@ def tflm(b, i, op):
     out = g.tensors[op.output]
     ins = []
     for k, (t, table) in enumerate(zip(op.inputs, op.attrs["tables"])):
+        if t in op.attrs["constants"]:
+            c = op.attrs["constants"][t]
+            x = b.const(np.ascontiguousarray(c.transpose(0, 2, 3, 1) if c.ndim == 4 else c), t, tfl.TensorType.INT8)
+            x.quantization = b.me.Quantization(scales=[float(out.scale)], zero_points=[int(out.zero_point)])
+            ins.append(x)
+            continue
         x = b.act(t)
         if table is not None:            # to the output's parameters first, as TFLite requires
             y = b.act("concat%d_in%d" % (i, k), nhwc(g.tensors[t].shape), out.scale, out.zero_point)
@@ -66,9 +79,27 @@ def tflm(b, i, op):
 
 # -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
+def _inputs(p, node):
+    """The inputs as TensorInfo, and {name: int8 array} of the constant ones (still in their own parameters)."""
+    xs, consts = [], {}
+    for k, name in enumerate(node.input):
+        src = p.source(node, name)
+        if src[0] == "act":
+            xs.append(p.tensors[src[1]])
+        elif src[0] == "const" and np.asarray(src[2]).size == 1 and src[1].dtype == np.int8:
+            cname = "%s/const%d" % (node.name or node.output[0], k)
+            xs.append(TensorInfo(cname, tuple(src[1].shape), R.f32(np.asarray(src[2]).reshape(())),
+                                 int(np.asarray(src[3]).reshape(()))))
+            consts[cname] = src[1]
+        else:
+            raise ExportError("%s: Concat input %d must be an int8 activation or a per-tensor int8 constant"
+                              % (label(node), k))
+    return xs, consts
+
+
 def from_concat(p, node):
     from .lut import requant_table
-    xs = [p.tensors[p.act_input(node, k)] for k in range(len(node.input))]
+    xs, consts = _inputs(p, node)
     rank = len(xs[0].shape)
     axis = int(attr(node, "axis", 1)) % rank
     if axis == 0 or any(len(x.shape) != rank or tuple(np.delete(x.shape, axis)) != tuple(np.delete(xs[0].shape, axis))
@@ -80,7 +111,13 @@ def from_concat(p, node):
     shape[axis] = int(sum(x.shape[axis] for x in xs))
     out = TensorInfo(name, tuple(shape), scale, zp)
     tables = [None if (x.scale == scale and x.zero_point == zp) else requant_table(x, out, -128, 127) for x in xs]
-    p.add_op("concat", node, [x.name for x in xs], tuple(shape), {"axis": axis, "tables": tables})
+    for k, x in enumerate(xs):             # a constant is requantized here, once: no table at run time
+        if x.name in consts:
+            t = tables[k]
+            consts[x.name] = consts[x.name] if t is None else np.asarray(t, np.int8)[i64(consts[x.name]) + 128]
+            tables[k] = None
+    p.add_op("concat", node, [x.name for x in xs], tuple(shape), {"axis": axis, "tables": tables,
+                                                                  "constants": consts})
 
 
 SPECS = [OpSpec("concat", reference, emit, tflm, elementwise_macs)]

@@ -57,12 +57,18 @@ def macs(op, tensors):
 
 # -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
-def _const(p, node, i, dtype, what):
+def _real(p, node, i, dtypes, what, D):
+    """A constant input's real values (D,) and, when it is int8 behind a symmetric DequantizeLinear, its codes
+    and scales; (real, None, None) for a float constant or another quantization."""
     s = p.source(node, node.input[i])
-    if s[0] != "const" or s[1].dtype != dtype:
-        raise ExportError("%s: %s must be a constant %s tensor behind DequantizeLinear" % (label(node), what,
-                                                                                           np.dtype(dtype).name))
-    return s
+    if s[0] == "float_const":
+        return np.broadcast_to(np.asarray(s[1], np.float64).reshape(-1), (D,)), None, None
+    if s[0] != "const" or s[1].dtype not in dtypes:
+        raise ExportError("%s: %s must be a constant (float, or %s behind DequantizeLinear)" % (
+            label(node), what, " or ".join(np.dtype(d).name for d in dtypes)))
+    codes, scales = np.broadcast_to(s[1].reshape(-1), (D,)), np.broadcast_to(s[2].astype(np.float64).reshape(-1), (D,))
+    real = (codes.astype(np.float64) - np.broadcast_to(s[3].astype(np.float64).reshape(-1), (D,))) * scales
+    return real, (codes if np.all(s[3] == 0) and s[1].dtype == np.int8 else None), scales
 
 
 def from_layer_normalization(p, node):
@@ -72,14 +78,13 @@ def from_layer_normalization(p, node):
         raise ExportError("%s: LayerNormalization only over the last axis" % label(node))
     if D > MAX_D:
         raise ExportError("%s: LayerNormalization over %d values; the kernel takes at most %d" % (label(node), D, MAX_D))
-    g = _const(p, node, 1, np.int8, "the scale (gamma)")
-    if np.any(g[3] != 0):
-        raise ExportError("%s: the scale (gamma) must be quantized symmetrically (zero point 0)" % label(node))
-    gamma, s_g = np.broadcast_to(g[1].reshape(-1), (D,)), np.broadcast_to(g[2].astype(np.float64).reshape(-1), (D,))
+    real, gamma, s_g = _real(p, node, 1, (np.int8,), "the scale (gamma)", D)
+    if gamma is None:            # a float or asymmetric gamma (a Constant): +-127 at scale |gamma| / 127, exact
+        gamma = np.where(real == 0, 0, np.where(real < 0, -127, 127)).astype(np.int8)
+        s_g = np.where(real == 0, 1.0, np.abs(real) / 127.0)
     beta = np.zeros(D)
     if len(node.input) > 2 and node.input[2]:
-        b = _const(p, node, 2, np.int32, "the bias (beta)")
-        beta = (b[1].astype(np.float64) - b[3].astype(np.float64)).reshape(-1) * b[2].astype(np.float64).reshape(-1)
+        beta = _real(p, node, 2, (np.int32, np.int8), "the bias (beta)", D)[0]
     name, scale, zp = p.output_q(node)
     out = TensorInfo(name, x.shape, scale, zp)
     bias = np.round(np.broadcast_to(beta, (D,)) / s_g * 65536.0)

@@ -63,16 +63,8 @@ def tflm(b, i, op):
 # -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
 def _pad_value(p, node):
-    """The float value a Pad's constant input has in the QDQ graph: a float constant, an int8 one behind a
-    DequantizeLinear, or a float constant through QuantizeLinear and DequantizeLinear (as onnxruntime writes it)."""
-    d = p.producer.get(node.input[2])
-    if d is not None and d.op_type == "DequantizeLinear":
-        q = p.producer.get(d.input[0])
-        if q is not None and q.op_type == "QuantizeLinear" and q.input[0] in p.consts:
-            s, zp = p.qparams(q)
-            code = R.quantize(np.asarray(p.consts[q.input[0]], np.float32).reshape(-1)[:1], s.reshape(-1)[0],
-                              int(zp.reshape(-1)[0]), zp.dtype.name)
-            return float((int(code[0]) - int(zp.reshape(-1)[0])) * float(s.reshape(-1)[0]))
+    """The float value a Pad's constant input has in the QDQ graph (a float constant, or int8 codes behind a
+    DequantizeLinear: parse.source)."""
     src = p.source(node, node.input[2])
     q = np.asarray(src[1], np.float64).reshape(-1)[0]
     if src[0] == "float_const":
