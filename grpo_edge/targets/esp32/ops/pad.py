@@ -59,7 +59,6 @@ def tflm(b, i, op):
     b.op(tfl.BuiltinOperator.PADV2, [x, pt, v], [b.act(op.output)])
 
 
-
 # -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
 def _pad_value(p, node):
