@@ -19,6 +19,10 @@ from grpo_edge.errors import ExportError
 from . import reference as R
 from .ir import Graph, Op, TensorInfo, file_hash
 
+# Name of the 4-D view "<tensor>/4d" of a rank-3 tensor (as_4d), and of an op's inner 4-D output before the
+# view that gives the ONNX tensor its shape (add_op(onnx_shape=)): simulate.ort_check compares there.
+VIEW = "/4d"
+
 
 def load_onnx(path):
     import onnx
@@ -145,6 +149,17 @@ class _Parser:
             raise ExportError("%s: input %r comes from an unsupported path" % (label(node), float_name))
         return ("act", src)
 
+    def const_value(self, node, i):
+        """Input i's real values, float64, flat: a float constant, or codes behind a DequantizeLinear (per
+        tensor or per channel); None when it is an activation."""
+        s = self.source(node, node.input[i])
+        if s[0] == "act":
+            return None
+        if s[0] == "float_const":
+            return np.asarray(s[1], np.float64).reshape(-1)
+        codes = np.asarray(s[1], np.float64).reshape(-1)
+        return (codes - np.asarray(s[3], np.float64).reshape(-1)) * np.asarray(s[2], np.float64).reshape(-1)
+
     def act_input(self, node, i):
         s = self.source(node, node.input[i])
         if s[0] != "act":
@@ -169,7 +184,7 @@ class _Parser:
         name, scale, zp = self.output_q(node, out_index)
         label_ = (node.name or node.output[0]) + ("/%d" % out_index if out_index else "")
         if onnx_shape is not None and tuple(onnx_shape) != tuple(shape):
-            inner = name + "/4d"
+            inner = name + VIEW
             if name in self.qtype:
                 self.qtype[inner] = self.qtype[name]
             self.tensors[inner] = TensorInfo(inner, tuple(int(d) for d in shape), scale, zp)
@@ -184,7 +199,7 @@ class _Parser:
         no data), made once per tensor."""
         if len(x.shape) == 4:
             return x
-        return self.view(x, (x.shape[0], x.shape[1], 1, x.shape[2]), "/4d")
+        return self.view(x, (x.shape[0], x.shape[1], 1, x.shape[2]), VIEW)
 
     def view(self, x, shape, suffix):
         """x seen with another shape of the same size (a reshape that moves no data), named x.name + suffix."""

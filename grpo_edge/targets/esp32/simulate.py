@@ -116,6 +116,7 @@ def _per_op_vs_ort(graph, vals, B) -> list:
     view "<name>/4d" of a rank-3 tensor: parse.as_4d, add_op's onnx_shape) is computed here from ORT's
     values; an op writing one is compared at <name>, and the views themselves get no row."""
     from .ops import OPS
+    from .parse import VIEW
     ort = set(vals)
     per_op = []
     for op in graph.ops:
@@ -123,7 +124,7 @@ def _per_op_vs_ort(graph, vals, B) -> list:
         y = OPS[op.kind].reference(*args, op.attrs)
         target = op.output
         if op.output not in ort:
-            target = op.output[:-len("/4d")] if op.output.endswith("/4d") else None
+            target = op.output[:-len(VIEW)] if op.output.endswith(VIEW) else None
             # the next op reads ORT's values through the view, not ours
             src = vals[target] if target in ort else y
             vals[op.output] = src.reshape((B,) + tuple(graph.tensors[op.output].shape[1:]))

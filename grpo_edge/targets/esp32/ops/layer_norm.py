@@ -58,17 +58,16 @@ def macs(op, tensors):
 # -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
 def _real(p, node, i, dtypes, what, D):
-    """A constant input's real values (D,) and, when it is int8 behind a symmetric DequantizeLinear, its codes
-    and scales; (real, None, None) for a float constant or another quantization."""
+    """A constant input's real values (D,) (parse.const_value) and, when it is int8 behind a symmetric
+    DequantizeLinear, its codes and scales; (real, None, None) for a float constant or another quantization."""
     s = p.source(node, node.input[i])
-    if s[0] == "float_const":
-        return np.broadcast_to(np.asarray(s[1], np.float64).reshape(-1), (D,)), None, None
-    if s[0] != "const" or s[1].dtype not in dtypes:
+    if s[0] == "act" or (s[0] == "const" and s[1].dtype not in dtypes):
         raise ExportError("%s: %s must be a constant (float, or %s behind DequantizeLinear)" % (
             label(node), what, " or ".join(np.dtype(d).name for d in dtypes)))
-    codes, scales = np.broadcast_to(s[1].reshape(-1), (D,)), np.broadcast_to(s[2].astype(np.float64).reshape(-1), (D,))
-    real = (codes.astype(np.float64) - np.broadcast_to(s[3].astype(np.float64).reshape(-1), (D,))) * scales
-    return real, (codes if np.all(s[3] == 0) and s[1].dtype == np.int8 else None), scales
+    real = np.broadcast_to(p.const_value(node, i), (D,))
+    if s[0] == "const" and s[1].dtype == np.int8 and np.all(s[3] == 0):
+        return real, np.broadcast_to(s[1].reshape(-1), (D,)), np.broadcast_to(s[2].astype(np.float64).reshape(-1), (D,))
+    return real, None, None
 
 
 def from_layer_normalization(p, node):

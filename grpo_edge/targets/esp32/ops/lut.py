@@ -225,13 +225,8 @@ def from_hard_sigmoid(p, node):
 
 def _scalar_operand(p, node, i):
     """A constant scalar input of a Mul / Div (float, or int8 behind a DequantizeLinear), or None."""
-    src = p.source(node, node.input[i])
-    if src[0] == "float_const" and np.asarray(src[1]).size == 1:
-        return float(np.asarray(src[1]).reshape(-1)[0])
-    if src[0] == "const" and np.asarray(src[1]).size == 1:
-        return float((np.asarray(src[1], np.float64) - np.asarray(src[3], np.float64)).reshape(-1)[0]
-                     * np.asarray(src[2], np.float64).reshape(-1)[0])
-    return None
+    v = p.const_value(node, i)
+    return float(v[0]) if v is not None and v.size == 1 else None
 
 
 def from_mul(p, node):

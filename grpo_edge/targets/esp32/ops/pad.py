@@ -62,13 +62,11 @@ def tflm(b, i, op):
 # -- the ONNX rule: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
 def _pad_value(p, node):
-    """The float value a Pad's constant input has in the QDQ graph (a float constant, or int8 codes behind a
-    DequantizeLinear: parse.source)."""
-    src = p.source(node, node.input[2])
-    q = np.asarray(src[1], np.float64).reshape(-1)[0]
-    if src[0] == "float_const":
-        return float(q)
-    return float((q - np.asarray(src[3]).reshape(-1)[0]) * np.asarray(src[2]).reshape(-1)[0])
+    """The real value of a Pad's constant input (parse.const_value: a float constant or int8 codes)."""
+    v = p.const_value(node, 2)
+    if v is None or v.size != 1:
+        raise ExportError("%s: the pad value must be a constant scalar" % label(node))
+    return float(v[0])
 
 
 def from_pad(p, node):
