@@ -612,3 +612,32 @@ def test_class_token_concatenated_and_a_layer_norm_without_affine(tmp_path):
     g = parse.parse(tmp_path / "out" / "model.int8.onnx")
     cat = next(op for op in g.ops if op.kind == "concat")
     assert len(cat.attrs["constants"]) == 1 and cat.attrs["tables"][0] is None
+
+
+def test_input_shapes_the_compiler_cannot_take_are_refused_before_any_work(tmp_path):
+    """A dynamic dimension past the batch, and a rank-5 input (with the op it feeds): named in the error,
+    one line each, exit 2, before quantizing; nothing written."""
+    import warnings
+    m, shape = samples.kind_model("keyword_spotter")
+
+    class Rank5(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x).sum(dim=(1, 2, 3, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, torch.randn(*shape), str(tmp_path / "dyn.onnx"), opset_version=17, dynamo=False,
+                          input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "t"}})
+        torch.onnx.export(Rank5(), torch.randn(1, 2, 2, 2, 2), str(tmp_path / "r5.onnx"), opset_version=17,
+                          dynamo=False, input_names=["x"], output_names=["y"])
+    calib = _calibration(tmp_path / "c.npy", shape=(20, 10))
+    for name, want in (("dyn", ["error: 1 input shape cannot be compiled for the ESP32",
+                                "  input 'x' has a dynamic dimension at axis 1: export it with fixed sizes past the batch"]),
+                       ("r5", ["error: 1 op and 1 input shape cannot be compiled for the ESP32",
+                               "  ReduceSum node '/ReduceSum': no ESP32 rule for this op type",
+                               "  input 'x' has rank 5: the compiler takes at most 4"])):
+        out = tmp_path / ("out_" + name)
+        r = cli_in(tmp_path, "deploy", "--target", "esp32", "--onnx", tmp_path / (name + ".onnx"), "--calibration",
+                   calib, "--out", out)
+        lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
+        assert r.returncode == 2 and lines[0].startswith(want[0]) and lines[1:] == want[1:], r.stderr
+        assert not (out / "report.json").exists() and not (out / "model.int8.onnx").exists()

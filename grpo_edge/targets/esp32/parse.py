@@ -46,8 +46,11 @@ def parse(path) -> Graph:
 def compile_refusal(problems, rules) -> str:
     """All the ops that cannot be compiled, one line each, under a line that says how many and what compiles."""
     kinds = sorted(k for k in rules if k != "QuantizeLinear")
-    return "\n".join(["%d op%s cannot be compiled for the ESP32 (it compiles %s):" % (
-        len(problems), "" if len(problems) == 1 else "s", ", ".join(kinds))] + ["  " + p for p in problems])
+    n_in = sum(1 for p in problems if p.startswith("input "))
+    what = [("%d op%s" % (n, "" if n == 1 else "s")) if k == "op" else ("%d input shape%s" % (n, "" if n == 1 else "s"))
+            for k, n in (("op", len(problems) - n_in), ("input", n_in)) if n]
+    return "\n".join(["%s cannot be compiled for the ESP32 (it compiles %s):" % (" and ".join(what), ", ".join(kinds))]
+                     + ["  " + p for p in problems])
 
 
 def unsupported_ops(model) -> list:
