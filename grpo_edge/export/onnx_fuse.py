@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from grpo_edge.export.onnx_utils import drop_unused_constants, static_shapes
+
 MS_DOMAIN = "com.microsoft"
 
 
@@ -219,7 +221,7 @@ def _fold_batch_norms(model, fusions):
     g = _Graph(model)
     inits = {i.name: i for i in model.graph.initializer}
     bns = [n for n in model.graph.node if n.op_type == "BatchNormalization" and len(n.output) == 1]
-    rank = {k: len(v) for k, v in _static_shapes(model).items()} if bns else {}
+    rank = {k: len(v) for k, v in static_shapes(model).items()} if bns else {}
     for bn in bns:
         if any(i not in g.consts for i in bn.input[1:5]) or rank.get(bn.input[0]) not in (2, 3, 4):
             continue
@@ -275,19 +277,15 @@ def _set_init(model, inits, name, value):
     inits[name].CopyFrom(t)
 
 
-def _static_shapes(model) -> dict:
-    """{tensor: its shape} for the tensors whose every dimension shape inference knows."""
-    import onnx
-    try:
-        typed = list(onnx.shape_inference.infer_shapes(model).graph.value_info) + list(model.graph.input)
-    except Exception:  # noqa: BLE001 - a model shape inference cannot read: nothing is known
-        return {}
-    out = {}
-    for v in typed:
+def _batch_of_one(model):
+    """A dynamic batch axis (torch's dynamic_axes) becomes 1, what the ESP32 runs: every Shape of an
+    activation is then static and folds (nn.MultiheadAttention reads the batch size through Shape)."""
+    inits = {i.name for i in model.graph.initializer}
+    for v in list(model.graph.input) + list(model.graph.output):
         dims = v.type.tensor_type.shape.dim
-        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
-            out[v.name] = [int(d.dim_value) for d in dims]
-    return out
+        if v.name not in inits and dims and not dims[0].HasField("dim_value"):
+            dims[0].Clear()
+            dims[0].dim_value = 1
 
 
 def _fold_constants(model, fusions):
@@ -299,7 +297,7 @@ def _fold_constants(model, fusions):
     values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     values.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
                    if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
-    shapes = _static_shapes(model)
+    shapes = static_shapes(model)
     for n in list(model.graph.node):
         if n.op_type in ("Constant", "QuantizeLinear", "DequantizeLinear") or not n.input:
             continue
@@ -319,11 +317,18 @@ def _fold_constants(model, fusions):
 
 
 def fuse_model(model):
-    """Fold constant subexpressions, fuse every decomposed GELU and layer norm of `model` and fold its batch
-    norms (an onnx ModelProto, changed in place); -> the list of fusions."""
+    """Fold constant subexpressions, fuse every decomposed GELU and layer norm of `model`, fold its batch
+    norms and keep the batch axis first in every tensor (export/onnx_layout.py: nn.MultiheadAttention's
+    sequence-first tensors) (an onnx ModelProto, changed in place); -> the list of fusions and rewrites
+    (a rewrite has "layout": True)."""
     from onnx import helper
     fusions = []
-    _fold_constants(model, fusions)
+    _batch_of_one(model)
+    for _ in range(16):                      # a folded Shape can make the next Reshape's shape static
+        n = len(fusions)
+        _fold_constants(model, fusions)
+        if len(fusions) == n:
+            break
     _fold_batch_norms(model, fusions)
     _fuse_layer_norms(model, fusions)
     if any(f["op"] == "LayerNormalization" for f in fusions):     # LayerNormalization is an ONNX op from opset 17; ops 13..16 run the same there
@@ -350,8 +355,10 @@ def fuse_model(model):
         if not any(o.domain == MS_DOMAIN for o in model.opset_import):
             model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     if fusions:
-        _drop_unused_constants(model)
+        drop_unused_constants(model)
         _type_fused_outputs(model, fusions)
+    from grpo_edge.export.onnx_layout import batch_first
+    fusions.extend(dict(r, layout=True) for r in batch_first(model))
     return fusions
 
 
@@ -371,17 +378,6 @@ def _type_fused_outputs(model, fusions):
             v.CopyFrom(known[n.input[0]])
             v.name = n.output[0]
             model.graph.value_info.append(v)
-
-
-def _drop_unused_constants(model):
-    """Constant nodes and initializers that no node reads any more (a fused pattern's 0.5, 1, sqrt 2; a folded
-    batch norm's statistics) go."""
-    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
-    for n in [n for n in model.graph.node if n.op_type == "Constant" and n.output[0] not in read]:
-        model.graph.node.remove(n)
-    inputs = {i.name for i in model.graph.input}            # an initializer listed as an input stays
-    for t in [t for t in model.graph.initializer if t.name not in read and t.name not in inputs]:
-        model.graph.initializer.remove(t)
 
 
 def fuse_onnx(src, dst) -> list:

@@ -36,6 +36,49 @@ def load_onnx(path):
     return model
 
 
+def copy_onnx(src, dst) -> None:
+    """The ONNX file src as one self-contained file dst: weights that torch's exporter wrote beside it
+    (src.data, external data) are read in; a file without external data is copied as it is."""
+    import shutil
+    import onnx
+    from grpo_edge.report import atomic_write_bytes
+    model = onnx.load(str(src), load_external_data=False)
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        shutil.copyfile(str(src), str(dst))
+        return
+    try:
+        onnx.load_external_data_for_model(model, str(Path(src).resolve().parent))
+    except Exception as e:  # noqa: BLE001 - a missing or short .data file
+        raise ExportError("%s: its weights are stored outside it, and they cannot be read (%s)" % (src, _first_line(e)))
+    atomic_write_bytes(dst, model.SerializeToString())
+
+
+def static_shapes(model) -> dict:
+    """{tensor: its shape} for the tensors whose every dimension shape inference knows."""
+    import onnx
+    try:
+        typed = list(onnx.shape_inference.infer_shapes(model).graph.value_info) + list(model.graph.input)
+    except Exception:  # noqa: BLE001 - a model shape inference cannot read: nothing is known
+        return {}
+    out = {}
+    for v in typed:
+        dims = v.type.tensor_type.shape.dim
+        if v.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            out[v.name] = [int(d.dim_value) for d in dims]
+    return out
+
+
+def drop_unused_constants(model):
+    """Constant nodes and initializers that no node reads any more (a fused pattern's 0.5, 1, sqrt 2; a folded
+    batch norm's statistics) go."""
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    for n in [n for n in model.graph.node if n.op_type == "Constant" and n.output[0] not in read]:
+        model.graph.node.remove(n)
+    inputs = {i.name for i in model.graph.input}            # an initializer listed as an input stays
+    for t in [t for t in model.graph.initializer if t.name not in read and t.name not in inputs]:
+        model.graph.initializer.remove(t)
+
+
 def io_specs(model, which="input") -> List[Dict]:
     """[{name, shape (ints or symbolic names), dtype}] of a ModelProto's graph inputs or outputs."""
     init = {i.name for i in model.graph.initializer}

@@ -78,7 +78,7 @@ def is_qdq(path) -> bool:
 def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method, min_agreement):
     """An ONNX source: a QDQ model goes on as it is; an fp32 one is quantized with the given calibration set,
     chosen as for a checkpoint (decision agreement measured on the calibration inputs)."""
-    import shutil
+    from grpo_edge.export.onnx_utils import copy_onnx
     from grpo_edge.export.calibration import load_calibration
     from grpo_edge.targets.contract import check_calibration
     from grpo_edge.targets.esp32.deploy import default_prefix
@@ -90,7 +90,7 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
                           "ESP32, or pass an int8 QDQ model" % source)
     out_dir.mkdir(parents=True, exist_ok=True)
     fp32 = out_dir / "model.onnx"
-    shutil.copyfile(str(source), str(fp32))
+    copy_onnx(source, fp32)
     data = load_calibration(calib)
     check_calibration(data, calib)
     # an ONNX file does not say its action bounds: decisions compare by argmax (a continuous policy's single

@@ -10,7 +10,6 @@ int8 in the task's own metric, pick fp32 or int8 by those measurements, and esti
 energy from the profile (labelled as estimates).
 """
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,7 @@ class _Artifacts:
 
 def _export(source, model, state, out, rep) -> _Artifacts:
     """model.onnx from the checkpoint (torch2onnx, parity checked) or a copy of the given ONNX file."""
-    from grpo_edge.export.onnx_utils import io_specs, load_onnx
+    from grpo_edge.export.onnx_utils import copy_onnx, io_specs, load_onnx
     fp32_path, int8_path = out / "model.onnx", out / "model.int8.onnx"
     if model is not None:
         from grpo_edge.export.torch2onnx import torch2onnx
@@ -103,7 +102,7 @@ def _export(source, model, state, out, rep) -> _Artifacts:
         if names & {"past_keys", "tgt_prefix", "memory"}:
             raise TargetError("%s is a text model's decode step: deploy it from its checkpoint (the runner needs "
                               "the tokenizer and the decoding loop)" % source)
-        shutil.copyfile(str(source), str(fp32_path))
+        copy_onnx(source, fp32_path)
     m32 = load_onnx(fp32_path)
     return _Artifacts(fp32_path, int8_path, m32, io_specs(m32, "input"))
 

@@ -171,7 +171,12 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
                              "%s/%s %s" % (c["activations"], c["weight_rounding"],
                                            "%.3f" % c["agreement_calibration"] if c.get("agreement_calibration") is not None
                                            else c.get("error", "n/a")) for c in q.get("candidates", []))))
-        fused = [f for f in q.get("fusions") or [] if f["op"] != "constant"]
+        fused = [f for f in q.get("fusions") or [] if f["op"] != "constant" and not f.get("layout")]
+        moved = [f for f in q.get("fusions") or [] if f.get("layout")]
+        if moved:
+            rep.notes.append("Before quantizing (export/onnx_layout.py), %d nodes rewritten so every tensor keeps "
+                             "the batch axis first: %s." % (len(moved), "; ".join(
+                                 "%s %s: %s" % (f["op"], f["node"], f["how"]) for f in moved)))
         if fused:
             rep.notes.append("Before quantizing (export/onnx_fuse.py), fused: %s." % "; ".join(
                 "%s at %s %s" % (f["op"], f["node"], f.get("how") or "from %d nodes" % len(f["nodes"])) for f in fused))

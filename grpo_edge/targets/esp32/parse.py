@@ -54,9 +54,10 @@ def compile_refusal(problems, rules) -> str:
 
 
 def unsupported_ops(model) -> list:
-    """The nodes of an fp32 (or QDQ) ONNX model whose op type has no ESP32 rule, and the input shapes the
-    compiler cannot take (rank > 4, a dynamic dimension past the batch), one line each: what deploy checks
-    before quantizing. A fused pattern (export/onnx_fuse.py) is named by its fused node."""
+    """The nodes of an fp32 (or QDQ) ONNX model whose op type has no ESP32 rule, the nodes that begin a
+    tensor without the batch axis first (what export/onnx_layout.py could not rewrite), and the input shapes
+    the compiler cannot take (rank > 4, a dynamic dimension past the batch), one line each: what deploy
+    checks before quantizing. A fused pattern (export/onnx_fuse.py) is named by its fused node."""
     from .ops import ONNX_RULES
     lines = ["%s: no ESP32 rule for this op type" % label(n)
              for n in model.graph.node if n.op_type not in ONNX_RULES and n.op_type not in ("Constant",
@@ -68,6 +69,10 @@ def unsupported_ops(model) -> list:
     for n in model.graph.node:          # a Div compiles as a table, only by a constant scalar
         if n.op_type == "Div" and n.input[1] not in scalars:
             lines.append("%s: Div by a tensor (only by a constant scalar)" % label(n))
+    from grpo_edge.export.onnx_layout import not_batch_first
+    for n, t, shape in not_batch_first(model):
+        lines.append("%s: writes %r of shape %s: the compiler keeps the batch axis first, rank 4 at most"
+                     % (label(n), t, shape))
     for i in (i for i in model.graph.input if i.name not in consts):
         dims = i.type.tensor_type.shape.dim
         if len(dims) > 4:

@@ -52,8 +52,13 @@ def cross_compile(sources, elf, entry, include_dir, extra=()) -> Path:
                                               "-Wl,-Ttext=0x%x" % TEXT_BASE, "-I", str(include_dir), "-o",
                                               str(elf)] + [str(s) for s in sources] + ["-lgcc"]
     r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 and "R_RISCV_GPREL" in r.stderr:
+        # ld's gp relaxation can leave a gp-relative access out of range in a large program (a binutils
+        # limitation): build that program again without linker relaxation (smaller ones keep it: same counts)
+        r = subprocess.run(cmd[:1] + ["-mno-relax"] + cmd[1:], capture_output=True, text=True)
     if r.returncode != 0:
-        raise TargetError("rv32 cross-compile failed: %s" % (r.stderr.strip().splitlines() or ["?"])[0])
+        lines = [l for l in r.stderr.strip().splitlines() if "warning: " not in l] or ["?"]   # ld's RWX warning is not the cause
+        raise TargetError("rv32 cross-compile failed: %s" % " / ".join(lines[:4]))
     return Path(elf)
 
 
