@@ -32,7 +32,7 @@ FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
 # Elementwise ops that ORT's default op list leaves out: quantized too, so that two of them in a row (Gelu then
 # HardSigmoid) still get an int8 edge between them.
 ACTIVATION_OPS = ("Tanh", "Sigmoid", "HardSwish", "HardSigmoid", "LeakyRelu", "Relu", "Clip", "Gelu", "FastGelu",
-                  "Sub")
+                  "Sub", "PRelu", "Elu", "Celu", "Selu", "Softplus", "Softsign")
 INT16_HEADROOM = 2.0       # int16 activation ranges: this many times the calibration range (minmax)
 MIN_SAMPLES = 100
 

@@ -82,6 +82,18 @@ def _match_erf(g, erf):
     return _tail(g, x, add, [d, erf, add])
 
 
+def _match_softsign(g, abs_node):
+    """Abs node -> (x, [nodes], output) of x / (|x| + 1) (torch's nn.Softsign), or None."""
+    x = abs_node.input[0]
+    add = g.only_consumer(abs_node.output[0], "Add")
+    if add is None or not _close(g.other_input(add, abs_node.output[0])[1], 1.0):
+        return None
+    div = g.only_consumer(add.output[0], "Div")
+    if div is None or div.input[0] != x or div.input[1] != add.output[0]:
+        return None
+    return x, [abs_node, add, div], div.output[0]
+
+
 def _match_tanh(g, tanh):
     """tanh node -> (x, [nodes], output) of x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), or None."""
     m = g.producer.get(tanh.input[0])
@@ -335,7 +347,8 @@ def fuse_model(model):
         for o in model.opset_import:
             if o.domain in ("", "ai.onnx") and o.version < 17:
                 o.version = 17
-    for op_type, start, match in (("Gelu", "Erf", _match_erf), ("FastGelu", "Tanh", _match_tanh)):
+    for op_type, start, match in (("Gelu", "Erf", _match_erf), ("FastGelu", "Tanh", _match_tanh),
+                                  ("Softsign", "Abs", _match_softsign)):
         g = _Graph(model)
         for node in list(model.graph.node):
             if node.op_type != start:
@@ -345,7 +358,7 @@ def fuse_model(model):
                 continue
             x, nodes, out = found
             name = (nodes[0].name or out).rsplit("/", 1)[0] + "/" + op_type
-            fused = helper.make_node(op_type, [x], [out], name=name, domain=MS_DOMAIN)
+            fused = helper.make_node(op_type, [x], [out], name=name, domain="" if op_type == "Softsign" else MS_DOMAIN)
             pos = list(model.graph.node).index(nodes[-1])
             model.graph.node.insert(pos, fused)
             for n in nodes:

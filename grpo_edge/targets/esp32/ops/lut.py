@@ -1,11 +1,13 @@
 """Elementwise functions as tables: int8 lut (tanh, sigmoid, hardswish, gelu (erf and tanh forms),
-hardsigmoid, leakyrelu, relu, clip, requantize as 256 entries) and the 16x8 tanh (TFLM's int16 rule).
+hardsigmoid, leakyrelu (and PRelu of one slope), elu, celu, selu, softplus, softsign, relu, clip, requantize
+as 256 entries) and the 16x8 tanh (TFLM's int16 rule).
 
 ONNX rules (Relu, Clip, Tanh, Sigmoid, HardSwish, Gelu / FastGelu (com.microsoft, made by
-export/onnx_fuse.py from torch's decomposed GELU; or ONNX Gelu), HardSigmoid, LeakyRelu; QuantizeLinear
-after DequantizeLinear), NumPy reference, C emission (gx_lut / gx_tanh16), TFLite Micro mapping
-(TANH / LOGISTIC + QUANTIZE, HARD_SWISH, GELU, LEAKY_RELU, RELU, QUANTIZE; TANH int16; HardSigmoid has no
-TFLM builtin), MACs (one per output element).
+export/onnx_fuse.py from torch's decomposed GELU; or ONNX Gelu), HardSigmoid, LeakyRelu, PRelu, Elu, Celu,
+Selu, Softplus, Softsign; QuantizeLinear after DequantizeLinear), NumPy reference, C emission (gx_lut /
+gx_tanh16), TFLite Micro mapping (TANH / LOGISTIC + QUANTIZE, HARD_SWISH, GELU, LEAKY_RELU, ELU, RELU,
+QUANTIZE; TANH int16; HardSigmoid, Celu, Selu, Softplus and Softsign have no TFLM builtin), MACs (one per
+output element).
 
 A smooth function f is the table quantize(f(dequantize(q))) for the 256 int8 codes (FLOAT_FUNCTIONS): what
 onnxruntime's QDQ graph computes in float, so the C matches it, whatever f costs.
@@ -36,6 +38,7 @@ REASON_FIXED_POINT = ("TFLM computes int8 %s in fixed point; our 256-entry table
 NO_TFLM = {"gelu": "the pip tflite-micro build registers no GELU kernel (\"Didn't find op for builtin opcode "
                    "'GELU'\")", "hardsigmoid": "TFLite has no HARD_SIGMOID builtin"}
 NO_TFLM["gelu_tanh"] = NO_TFLM["gelu"]
+NO_TFLM.update({f: "TFLite has no %s builtin" % f.upper() for f in ("celu", "selu", "softplus", "softsign")})
 
 
 def _erf(r):
@@ -52,6 +55,11 @@ FLOAT_FUNCTIONS = {
     "hardsigmoid": lambda r, a: np.clip(a["alpha"] * r + a["beta"], 0.0, 1.0),
     "leakyrelu": lambda r, a: np.where(r >= 0, r, a["alpha"] * r),
     "scale": lambda r, a: r * a["k"],                 # Mul / Div by a constant scalar
+    "elu": lambda r, a: np.where(r > 0, r, a["alpha"] * np.expm1(np.minimum(r, 0.0))),
+    "celu": lambda r, a: np.maximum(r, 0.0) + np.minimum(0.0, a["alpha"] * np.expm1(np.minimum(r, 0.0) / a["alpha"])),
+    "selu": lambda r, a: a["gamma"] * np.where(r > 0, r, a["alpha"] * np.expm1(np.minimum(r, 0.0))),
+    "softplus": lambda r, a: np.logaddexp(0.0, r),
+    "softsign": lambda r, a: r / (1.0 + np.abs(r)),
 }
 
 
@@ -119,15 +127,25 @@ def tflm(b, i, op):
         b.op(B.MUL, [x, c], [b.act(y)], b.tfl.BuiltinOptions.MulOptions, b.tfl.MulOptionsT())
         b.notes.append("op %d (scale): TFLM's int8 MUL by the factor %.6g (rounds differently from our table "
                        "of quantize(k dequantize(q)), which matches onnxruntime)" % (i, k))
-    elif f in ("gelu", "gelu_tanh", "hardsigmoid"):
+    elif f in NO_TFLM:
         raise TargetError("no TFLM mapping for %s (node %r): %s" % (f, op.name, NO_TFLM[f]))
     elif f == "leakyrelu":
         o = b.tfl.LeakyReluOptionsT()
         o.alpha = op.attrs["alpha"]
         b.op(B.LEAKY_RELU, [x], [b.act(y)], b.tfl.BuiltinOptions.LeakyReluOptions, o)
         b.notes.append("op %d (leakyrelu): %s" % (i, REASON_FIXED_POINT % "LEAKY_RELU"))
-    elif f == "relu":
-        b.op(B.RELU, [x], [b.act(y)])
+    elif f == "relu" or (f == "clip" and op.attrs.get("bounds") == (0.0, None)):
+        b.op(B.RELU, [x], [b.act(y)])     # TFLM's ReluQuantized: the rule of our table
+    elif f == "clip" and op.attrs.get("bounds") in ((0.0, 6.0), (-1.0, 1.0)):
+        src, out = b.g.tensors[op.inputs[0]], b.g.tensors[y]
+        if (src.scale, src.zero_point) != (out.scale, out.zero_point):     # RELU6 only clamps: requantize first
+            mid = b.act("clip_in%d" % i, nhwc(out.shape), out.scale, out.zero_point)
+            b.op(B.QUANTIZE, [x], [mid])
+            x = mid
+        b.op(B.RELU6 if op.attrs["bounds"] == (0.0, 6.0) else B.RELU_N1_TO_1, [x], [b.act(y)])
+    elif f == "elu" and op.attrs["alpha"] == 1.0:
+        b.op(B.ELU, [x], [b.act(y)])
+        b.notes.append("op %d (elu): %s" % (i, REASON_FIXED_POINT % "ELU"))
     elif f == "requantize":
         b.op(B.QUANTIZE, [x], [b.act(y)])
     else:
@@ -148,6 +166,7 @@ def _elementwise(p, node, function, lo=None, hi=None, params=None):
     if function in ("relu", "clip"):
         alo, ahi = R.activation_range("clip", out.scale, out.zero_point, lo, hi)
         table = requant_table(x, out, alo, ahi)
+        params = dict(params or {}, bounds=(lo, hi))
     else:
         table = float_table(x, out, function, params)
     p.add_op("lut", node, [x.name], x.shape, dict(params or {}, table=table, function=function))
@@ -258,9 +277,40 @@ def from_leaky_relu(p, node):
     _elementwise(p, node, "leakyrelu", params={"alpha": float(attr(node, "alpha", 0.01))})
 
 
+def from_prelu(p, node):
+    """PRelu with one slope for every channel (nn.PReLU()): a leaky relu of that slope. A slope per
+    channel would need a table per channel: refused."""
+    slope = p.const_value(node, 1)
+    if slope is None or np.unique(np.asarray(slope)).size != 1:
+        raise ExportError("%s: PRelu with a slope per channel (only one slope: nn.PReLU())" % label(node))
+    _elementwise(p, node, "leakyrelu", params={"alpha": float(np.asarray(slope).reshape(-1)[0])})
+
+
+def from_elu(p, node):
+    _elementwise(p, node, "elu", params={"alpha": float(attr(node, "alpha", 1.0))})
+
+
+def from_celu(p, node):
+    _elementwise(p, node, "celu", params={"alpha": float(attr(node, "alpha", 1.0))})
+
+
+def from_selu(p, node):
+    _elementwise(p, node, "selu", params={"alpha": float(attr(node, "alpha", 1.67326319217681884765625)),
+                                          "gamma": float(attr(node, "gamma", 1.05070102214813232421875))})
+
+
+def from_softplus(p, node):
+    _elementwise(p, node, "softplus")
+
+
+def from_softsign(p, node):
+    _elementwise(p, node, "softsign")
+
+
 SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs),
          OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True)]
 
 ONNX = {"QuantizeLinear": from_quantize_linear, "Relu": from_relu, "Clip": from_clip, "Tanh": from_tanh, "Sigmoid": from_sigmoid,
         "HardSwish": from_hard_swish, "Gelu": from_gelu, "FastGelu": from_fast_gelu, "HardSigmoid": from_hard_sigmoid,
-        "LeakyRelu": from_leaky_relu, "Mul": from_mul, "Div": from_div}
+        "LeakyRelu": from_leaky_relu, "Mul": from_mul, "Div": from_div, "PRelu": from_prelu, "Elu": from_elu,
+        "Celu": from_celu, "Selu": from_selu, "Softplus": from_softplus, "Softsign": from_softsign}

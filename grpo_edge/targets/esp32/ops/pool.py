@@ -11,7 +11,7 @@ from ..codegen import c_struct
 from ..tflm import nhwc
 from ..reference import check_int32, clamp8, i64, mbqm, pool_windows
 from .. import reference as R
-from ..ir import TensorInfo
+from ..ir import Op, TensorInfo
 from ..parse import attr, label, pads as onnx_pads
 from . import OpSpec, elementwise_macs
 
@@ -79,7 +79,7 @@ def tflm(b, i, op):
             raise TargetError("TFLM has no requantizing average pool (node %r)" % op.name)
         axis = b.const(np.array([1, 2], np.int32), "axis%d" % i, tfl.TensorType.INT32)
         keep = len(out.shape) == 4
-        b.op(B.MEAN, [b.act(x), axis], [b.act(op.output, nhwc(out.shape) if keep else out.shape)],
+        b.op(B.SUM if a.get("sum") else B.MEAN, [b.act(x), axis], [b.act(op.output, nhwc(out.shape) if keep else out.shape)],
                 tfl.BuiltinOptions.ReducerOptions, tfl.ReducerOptionsT(keepDims=keep))
         return
     pad = b.padding(a, (H, W), out.shape[2:], a["kernel"], op.name)
@@ -111,12 +111,14 @@ def _pool(p, node, kind, kernel, strides, pads, mode=None, x=None, onnx_shape=No
     if kind == "avgpool":
         if mode is None:
             mode = "round_div" if same else "mean"
-        if mode == "mean" and any(pads):
+        if mode in ("mean", "sum") and any(pads):
             raise ExportError("%s: average pooling with padding needs equal input and output quantization"
                               % label(node))
-        attrs["mode"] = mode
         count = int(kernel[0] * kernel[1])
-        attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, scale, count)
+        attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, scale, 1 if mode == "sum" else count)
+        if mode == "sum":                  # TFLite SUM: MEAN's arithmetic without the 1/count
+            attrs["sum"], mode = True, "mean"
+        attrs["mode"] = mode
         attrs["count"] = count
         attrs["input_zero_point"] = x.zero_point
         attrs["output_offset"] = zp
@@ -164,32 +166,78 @@ def from_global_average_pool(p, node):
     _pool(p, node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
 
 
-def from_reduce_mean(p, node):
-    x = p.tensors[p.act_input(node, 0)]
+def _reduce_axes(p, node, x):
     axes = attr(node, "axes")
     if axes is None and len(node.input) > 1 and node.input[1]:
         axes = p.consts.get(node.input[1])
-    axes = sorted(int(a) % len(x.shape) for a in (axes if axes is not None else []))
-    keep = attr(node, "keepdims", 1)
-    if len(x.shape) == 3 and axes == [2]:             # (1, C, L): a mean over a (1, L) image
+    if axes is None:
+        return list(range(1, len(x.shape)))
+    return sorted(int(a) % len(x.shape) for a in np.asarray(axes).reshape(-1))
+
+
+def _reduce_view(p, node, x, what):
+    """A reduction over whole axes as a pool over a 4-D view: -> (the view, kernel, the output's ONNX shape,
+    or None for an NCHW input, whose (1, C, 1, 1) output loses its unit axes without keepdims)."""
+    axes, keep = _reduce_axes(p, node, x), attr(node, "keepdims", 1)
+    if len(x.shape) == 3 and axes == [2]:             # (1, C, L): over a (1, L) image
         x4 = p.as_4d(x)
-        _pool(p, node, "avgpool", x4.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean", x=x4,
-              onnx_shape=x.shape[:2] + ((1,) if keep else ()))
-        return
-    if len(x.shape) == 3 and axes == [1]:             # (1, T, D): a mean over T, a (T, D) image of one channel
+        return x4, x4.shape[2:], x.shape[:2] + ((1,) if keep else ())
+    if len(x.shape) == 3 and axes == [1]:             # (1, T, D): over T, a (T, D) image of one channel
         x4 = p.view(x, (1, 1) + tuple(x.shape[1:]), "/4d_t")
-        _pool(p, node, "avgpool", (x.shape[1], 1), (1, 1), (0, 0, 0, 0), mode="mean", x=x4,
-              onnx_shape=(1, 1, x.shape[2]) if keep else (1, x.shape[2]))
-        return
-    if len(x.shape) != 4 or axes != [2, 3]:
-        raise ExportError("%s: ReduceMean only over the spatial axes (2, 3) of an NCHW tensor, or axis 1 or 2 "
-                          "of a rank-3 one" % label(node))
-    t = _pool(p, node, "avgpool", x.shape[2:], (1, 1), (0, 0, 0, 0), mode="mean")
-    if not keep:
+        return x4, (x.shape[1], 1), (1, 1, x.shape[2]) if keep else (1, x.shape[2])
+    if len(x.shape) == 4 and axes in ([2, 3], [1, 2, 3] if x.shape[1] == 1 else None):
+        return x, x.shape[2:], None
+    raise ExportError("%s: %s only over the spatial axes (2, 3) of an NCHW tensor, or axis 1 or 2 of a "
+                      "rank-3 one" % (label(node), what))
+
+
+def from_reduce_mean(p, node):
+    x, kernel, shape = _reduce_view(p, node, p.tensors[p.act_input(node, 0)], "ReduceMean")
+    t = _pool(p, node, "avgpool", kernel, (1, 1), (0, 0, 0, 0), mode="mean", x=x, onnx_shape=shape)
+    if shape is None and not attr(node, "keepdims", 1):
         t.shape = t.shape[:2]
+
+
+def from_reduce_sum(p, node):
+    """TFLite SUM's rule: MEAN's without the 1/count (QuantizedMeanOrSum, compute_sum)."""
+    x, kernel, shape = _reduce_view(p, node, p.tensors[p.act_input(node, 0)], "ReduceSum")
+    t = _pool(p, node, "avgpool", kernel, (1, 1), (0, 0, 0, 0), mode="sum", x=x, onnx_shape=shape)
+    if shape is None and not attr(node, "keepdims", 1):
+        t.shape = t.shape[:2]
+
+
+def from_reduce_max(p, node):
+    """A max pool over the whole extent; when the output has other parameters (onnxruntime calibrates a
+    ReduceMax's output on its own), a requantize table after it (max commutes with the monotone table)."""
+    from .lut import requant_table
+    x, kernel, shape = _reduce_view(p, node, p.tensors[p.act_input(node, 0)], "ReduceMax")
+    name, scale, zp = p.output_q(node)
+    out4 = (1, x.shape[1], 1, 1)
+    if scale != x.scale or zp != x.zero_point:
+        inner = TensorInfo(name + "/max", out4, x.scale, x.zero_point)
+        p.tensors[inner.name] = inner
+        attrs = {"kernel": tuple(kernel), "strides": (1, 1), "pads": (0, 0, 0, 0), "activation_min": -128,
+                 "activation_max": 127}
+        p.ops.append(Op("maxpool", (node.name or node.output[0]) + "/max", [x.name], inner.name, attrs))
+        out = TensorInfo(name, out4, scale, zp)
+        t = p.add_op("lut", node, [inner.name], out4, {"table": requant_table(inner, out, -128, 127),
+                                                        "function": "requantize"}, onnx_shape=shape)
+    else:
+        t = _pool(p, node, "maxpool", kernel, (1, 1), (0, 0, 0, 0), x=x, onnx_shape=shape)
+    if shape is None and not attr(node, "keepdims", 1):
+        t.shape = t.shape[:2]
+
+
+def from_global_max_pool(p, node):
+    x = p.tensors[p.act_input(node, 0)]
+    x4 = p.as_4d(x)
+    _pool(p, node, "maxpool", x4.shape[2:], (1, 1), (0, 0, 0, 0), x=x4,
+          onnx_shape=(1, x.shape[1], 1) if len(x.shape) == 3 else None)
 
 
 SPECS = [OpSpec("maxpool", reference_max, emit_max, tflm, elementwise_macs),
          OpSpec("avgpool", reference_avg, emit_avg, tflm, elementwise_macs)]
 
-ONNX = {"MaxPool": from_max_pool, "AveragePool": from_average_pool, "GlobalAveragePool": from_global_average_pool, "ReduceMean": from_reduce_mean}
+ONNX = {"MaxPool": from_max_pool, "AveragePool": from_average_pool, "GlobalAveragePool": from_global_average_pool,
+        "GlobalMaxPool": from_global_max_pool, "ReduceMean": from_reduce_mean, "ReduceMax": from_reduce_max,
+        "ReduceSum": from_reduce_sum}
