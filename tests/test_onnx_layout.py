@@ -131,3 +131,28 @@ def test_torch_transformer_modules_deploy_bit_exact(tmp_path, make):
     assert any("export/onnx_layout.py" in n for n in rep.notes)
     if rv32.available():
         assert f["rv32_bit_exact"].value is True
+
+
+def test_a_model_with_its_weights_beside_it_deploys_as_one_file(tmp_path):
+    """An ONNX file whose weights lie in m.onnx.data (what torch's dynamo exporter writes): deploy reads them
+    in and writes one self-contained model.onnx; without the .data file, one line names the model, exit 2."""
+    import onnx
+    from conftest import cli_in
+    from grpo_edge.targets.esp32 import samples
+    src, calib = samples.export_kind("ln_gelu_mlp", tmp_path / "kind")
+    split = tmp_path / "split"
+    split.mkdir()
+    onnx.save(onnx.load(str(src)), str(split / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.onnx.data", size_threshold=0)
+    assert (split / "m.onnx.data").stat().st_size > 0
+    out = tmp_path / "out"
+    r = cli_in(tmp_path, "deploy", "--target", "esp32s3", "--onnx", split / "m.onnx", "--calibration", calib,
+               "--out", out, "--option", "callgrind=false", "--option", "tflm=false", "--activations", "int8")
+    assert r.returncode == 0, r.stderr
+    copied = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in copied.graph.initializer)
+    (split / "m.onnx.data").unlink()
+    r = cli_in(tmp_path, "deploy", "--target", "esp32s3", "--onnx", split / "m.onnx", "--calibration", calib,
+               "--out", tmp_path / "out2")
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
+    assert r.returncode == 2 and len(lines) == 1 and "m.onnx" in lines[0], r.stderr
