@@ -678,3 +678,49 @@ def test_input_shapes_the_compiler_cannot_take_are_refused_before_any_work(tmp_p
         lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
         assert r.returncode == 2 and lines[0].startswith(want[0]) and lines[1:] == want[1:], r.stderr
         assert not (out / "report.json").exists() and not (out / "model.int8.onnx").exists()
+
+
+def test_token_ids_through_an_embedding_deploy_bit_exact(tmp_path):
+    """samples' token_classifier (nn.Embedding, learned positions, nn.TransformerEncoderLayer): its input is
+    token ids (int64 in ONNX, int32 on the device); the calibration set is ids; the C takes int32 ids and
+    copies table rows (an id out of range reads the nearest row, in the C and the reference alike). Host and rv32 bit-exact, every op within 1 LSB of
+    onnxruntime; TFLM skipped with the reason."""
+    from grpo_edge.targets import deploy
+    src, calib = samples.export_kind("token_classifier", tmp_path)
+    assert np.load(calib).dtype.kind == "i"
+    rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
+        "calibration": str(calib), "activations": "int8", "callgrind": False})
+    f = rep.figures
+    assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
+    assert "token-id (0..19)" in f["host_bit_exact"].source
+    assert f["decision_agreement_fp32"].value >= 0.95
+    assert "embedding of token ids" in rep.sections["tflm_baseline"]["skipped"]
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+    g = parse.parse(tmp_path / "out" / "model.int8.onnx")
+    assert g.ops[0].kind == "embedding" and g.tensors[g.input].dtype == "int32"
+    ids = np.array([[-5, 0, 19, 20, 1000, 3, 7, 2**31 - 1]], np.int32)
+    assert simulate.host_check(g, codegen.generate(g, "tok"), ids)["bit_exact"]
+
+
+def test_an_integer_input_read_by_anything_but_an_embedding_is_refused_before_any_work(tmp_path):
+    """ids.float() into a Linear: the Cast is named, one line, exit 2, nothing quantized."""
+    import warnings
+
+    class Cast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 3)
+
+        def forward(self, ids):
+            return self.fc(ids.float())
+    src = tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Cast(), torch.randint(0, 20, (1, 8)), str(src), opset_version=17, dynamo=False,
+                          input_names=["ids"], output_names=["y"])
+    np.save(tmp_path / "c.npy", np.random.default_rng(0).integers(0, 20, size=(64, 8)))
+    r = cli_in(tmp_path, "deploy", "--target", "esp32", "--onnx", src, "--calibration", tmp_path / "c.npy",
+               "--out", tmp_path / "out")
+    assert r.returncode == 2 and "  Cast node '/Cast': no ESP32 rule for this op type" in r.stderr.splitlines(), r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out" / "model.int8.onnx").exists()

@@ -100,8 +100,8 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     options.setdefault("prefix", default_prefix(source))
     options.setdefault("quantization", choice)
     x = _single_input(data)
-    if options.get("eval_inputs") is None and x is not None:
-        options["eval_inputs"] = np.asarray(x, dtype=np.float32)     # the calibration inputs (no task here)
+    if options.get("eval_inputs") is None and x is not None:     # the calibration inputs (no task here)
+        options["eval_inputs"] = x if x.dtype.kind in "iu" else np.asarray(x, dtype=np.float32)
     return Path(choice["chosen_path"]), options
 
 
@@ -173,7 +173,9 @@ def decision_agreement(qdq_path, fp32_path, x, action_range=None) -> float:
     from grpo_edge.targets.esp32 import parse
     from grpo_edge.targets.esp32.deploy import fp32_agreement
     graph = parse.parse(qdq_path)
-    return fp32_agreement(graph, fp32_path, np.asarray(x, dtype=np.float32)[:1000], action_range)
+    x = np.asarray(x)
+    return fp32_agreement(graph, fp32_path, (x if x.dtype.kind in "iu" else x.astype(np.float32))[:1000],
+                          action_range)
 
 
 def _single_input(data):
@@ -181,7 +183,7 @@ def _single_input(data):
     if isinstance(data, dict) and len([k for k in data if not k.startswith("__")]) == 1:
         k = next(k for k in data if not k.startswith("__"))
         a = np.asarray(data[k])
-        return a if a.dtype.kind == "f" else None
-    if isinstance(data, np.ndarray) and data.dtype.kind == "f":
+        return a if a.dtype.kind in "fiu" else None
+    if isinstance(data, np.ndarray) and data.dtype.kind in "fiu":     # floats, or token ids
         return data
     return None

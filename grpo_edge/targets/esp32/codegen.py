@@ -150,7 +150,8 @@ def generate(graph, prefix: str) -> Generated:
            "#include <stdint.h>\n",
            "typedef %s %s_input_t;     /* element type of the input */" % (tin.ctype, prefix),
            "typedef %s %s_output_t;    /* element type of the output */\n" % (tout.ctype, prefix),
-           "#define %s_INPUT_SIZE %d    /* %s values, ONNX layout %s */" % (P_, tin.size, tin.dtype, list(tin.shape)),
+           "#define %s_INPUT_SIZE %d    /* %s values, ONNX layout %s */" % (
+               P_, tin.size, "token ids 0..%d, int32" % (tin.limit - 1) if tin.limit else tin.dtype, list(tin.shape)),
            "#define %s_OUTPUT_SIZE %d   /* %s values, shape %s */" % (P_, tout.size, tout.dtype, list(tout.shape)),
            "#define %s_INPUT_SCALE %sf  /* real = scale * (q - zero_point) */" % (P_, _flt(tin.scale)),
            "#define %s_INPUT_ZERO_POINT %d" % (P_, tin.zero_point),

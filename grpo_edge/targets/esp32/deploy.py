@@ -190,13 +190,18 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
     rep.add("macs_per_inference", macs, "MAC", "exact", "sum over fc/conv ops")
 
 
+def input_words(t) -> str:
+    """How reports name a model's input values: 'int8', or 'token-id (0..N-1)' for an embedding's input."""
+    return "token-id (0..%d)" % (t.limit - 1) if t.limit else t.dtype
+
+
 def _host_check(graph, gen, x_q, rep) -> None:
     """The generated C, compiled for this host at two optimisation levels, must equal the NumPy reference."""
     host = simulate.host_check(graph, gen, x_q)
     rep.sections["host_simulation"] = host
     rep.add("host_bit_exact", host["bit_exact"], "", "measured-host",
             "gcc %s, %d random %s inputs vs NumPy reference" % (" ".join(simulate.CFLAGS), len(x_q),
-                                                                  graph.tensors[graph.input].dtype))
+                                                                  input_words(graph.tensors[graph.input])))
     if not host["bit_exact"]:
         raise TargetError("generated C differs from the NumPy reference on the host (%s): not deploying"
                           % {k: v["mismatches"] for k, v in host["builds"].items()})
@@ -206,14 +211,19 @@ def _ort_check(graph, src, rng, opts, rep) -> None:
     """onnxruntime's QDQ arithmetic vs our reference (LSB per op and end to end); with the fp32 model, the
     decision agreement and the task metric too."""
     tin = graph.tensors[graph.input]
-    in_shape = tin.shape
-    xf = (opts["eval_inputs"] if opts["eval_inputs"] is not None
-          else rng.standard_normal((200,) + tuple(in_shape[1:])).astype(np.float32))
-    xf = np.asarray(xf, dtype=np.float32).reshape((-1,) + tuple(in_shape[1:]))
+    in_shape = tuple(tin.shape[1:])
+    if tin.limit:                                 # token ids: the calibration ids, or random ones
+        xf = (opts["eval_inputs"] if opts["eval_inputs"] is not None
+              else rng.integers(0, tin.limit, size=(200,) + in_shape))
+        xf = np.asarray(xf, dtype=np.int64).reshape((-1,) + in_shape)
+    else:
+        xf = (opts["eval_inputs"] if opts["eval_inputs"] is not None
+              else rng.standard_normal((200,) + in_shape).astype(np.float32))
+        xf = np.asarray(xf, dtype=np.float32).reshape((-1,) + in_shape)
     o = simulate.ort_check(graph, src, xf[:500])
     rep.sections["onnxruntime_check"] = o
     rep.add("ort_max_lsb_per_op", o["per_op_max_lsb"], "LSB", "measured-host",
-            "onnxruntime QDQ, graph optimizations disabled, our reference fed ORT's %s inputs per op" % tin.dtype)
+            "onnxruntime QDQ, graph optimizations disabled, our reference fed ORT's %s inputs per op" % input_words(tin))
     rep.add("ort_max_lsb_end_to_end", o["end_to_end_max_lsb"], "LSB", "measured-host", "same inputs, whole model")
     if opts["fp32_onnx"]:
         _fp32_check(graph, xf[:1000], opts["fp32_onnx"], opts["task"], rep)
@@ -339,10 +349,9 @@ def fp32_agreement(graph, fp32_onnx, xf, action_range=None) -> float:
 def _integer_and_fp32(graph, fp32_onnx, xf):
     from . import reference as R
     sess = simulate.ort_session(str(fp32_onnx))
-    name = sess.get_inputs()[0].name
-    yf = np.concatenate([sess.run(None, {name: xf[i:i + 1]})[0] for i in range(len(xf))]).reshape(len(xf), -1)
+    yf = np.concatenate([sess.run(None, simulate.feed(sess, xf[i:i + 1]))[0] for i in range(len(xf))]).reshape(len(xf), -1)
     t, o = graph.tensors[graph.input], graph.tensors[graph.output]
-    yq = R.run(graph, R.quantize(xf, t.scale, t.zero_point, t.dtype))
+    yq = R.run(graph, R.input_codes(t, xf))
     if o.scale is not None:                               # real units (actions), not integer codes
         yq = R.dequantize(yq, o.scale, o.zero_point)
     return yq.reshape(len(xf), -1), yf

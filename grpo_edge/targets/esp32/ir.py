@@ -40,7 +40,8 @@ class TensorInfo:
     shape: Tuple[int, ...]
     scale: float = 1.0          # float32 value
     zero_point: int = 0
-    dtype: str = "int8"         # "int8" | "int16"
+    dtype: str = "int8"         # "int8" | "int16" | "int32" (token ids: the input of an embedding)
+    limit: int = 0              # token ids: how many rows the embedding has (ids run 0 .. limit - 1)
 
     @property
     def size(self) -> int:
@@ -65,14 +66,14 @@ class TensorInfo:
 
     @property
     def qmin(self) -> int:
-        return int(np.iinfo(self.dtype).min)
+        return 0 if self.limit else int(np.iinfo(self.dtype).min)
 
     @property
     def qmax(self) -> int:
-        return int(np.iinfo(self.dtype).max)
+        return self.limit - 1 if self.limit else int(np.iinfo(self.dtype).max)
 
 
-DTYPES = {"int8": ("int8_t", 1), "int16": ("int16_t", 2)}
+DTYPES = {"int8": ("int8_t", 1), "int16": ("int16_t", 2), "int32": ("int32_t", 4)}
 
 
 @dataclass
@@ -122,8 +123,11 @@ class Graph:
 
     @property
     def activation_dtype(self) -> str:
-        """"int16" for a 16x8 graph, else "int8"."""
-        return self.tensors[self.input].dtype
+        """"int16" for a 16x8 graph, else "int8" (token ids in, int32, are not activations)."""
+        t = self.tensors[self.input]
+        if t.limit:
+            return "int16" if any(x.dtype == "int16" for x in self.tensors.values()) else "int8"
+        return t.dtype
 
     def weight_bytes(self) -> int:
         return sum(op.param_bytes() for op in self.ops)

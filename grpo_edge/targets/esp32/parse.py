@@ -229,6 +229,9 @@ class _Parser:
                               % (len(inputs), len(gr.output)))
         gin = inputs[0]
         dims = [d.dim_value if d.dim_value > 0 else 1 for d in gin.type.tensor_type.shape.dim]
+        if gin.type.tensor_type.elem_type in (6, 7):           # INT32 / INT64: token ids into embeddings
+            self._token_ids(gin, dims)
+            return self._finish(rules)
         qs = [c for c in self.consumers.get(gin.name, []) if c.op_type == "QuantizeLinear"]
         if len(qs) != 1 or len(self.consumers[gin.name]) != 1:
             raise ExportError("model input %r must feed exactly one QuantizeLinear (it feeds %s): not an int8 QDQ model"
@@ -236,7 +239,23 @@ class _Parser:
         scale, zp = self.act_qparams(qs[0])
         self.input = qs[0].output[0]
         self.tensors[self.input] = TensorInfo(self.input, tuple([1] + dims[1:]), scale, zp)
+        return self._finish(rules)
 
+    def _token_ids(self, gin, dims):
+        """An integer model input: token ids, which only Gathers from constant tables (embeddings) may read;
+        int32 on the device, ids 0 .. (the smallest table's rows - 1)."""
+        readers = self.consumers.get(gin.name, [])
+        rows = [self.source(n, n.input[0]) for n in readers if n.op_type == "Gather" and n.input[1] == gin.name]
+        if not readers or len(rows) != len(readers) or any(r[0] != "const" or r[1].ndim != 2 for r in rows):
+            raise ExportError("model input %r holds integers: only Gathers from constant 2-D tables (embeddings) "
+                              "may read it (it feeds %s)" % (gin.name, ", ".join(n.op_type for n in readers) or "nothing"))
+        self.input = gin.name
+        self.qtype[gin.name] = "int32"
+        self.tensors[gin.name] = TensorInfo(gin.name, tuple([1] + dims[1:]), 1.0, 0, "int32",
+                                            limit=min(int(r[1].shape[0]) for r in rows))
+
+    def _finish(self, rules):
+        gr = self.model.graph
         self.walk(rules)
         out = gr.output[0].name
         p = self.producer.get(out)

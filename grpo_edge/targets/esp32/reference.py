@@ -23,6 +23,14 @@ def quantize(x, scale, zero_point, dtype="int8"):
     return clamp16(q) if str(dtype) == "int16" else clamp8(q)
 
 
+def input_codes(t, x):
+    """What the model's input tensor t holds for inputs x: their QUANTIZE codes, or for token ids (the input
+    of an embedding, t.limit rows) the ids themselves as int32."""
+    if t.limit:
+        return np.asarray(x).astype(np.int32)
+    return quantize(x, t.scale, t.zero_point, t.dtype)
+
+
 def dequantize(q, scale, zero_point):
     return (np.asarray(q, dtype=np.float32) - np.float32(zero_point)) * np.float32(scale)
 

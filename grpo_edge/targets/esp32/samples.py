@@ -196,10 +196,44 @@ def _kinds():
             return self.head(self.b2(self.b1(self.inp(x))).mean(dim=1))
 
     return {"ln_gelu_mlp": (LayerNormMLP, (1, 4)), "keyword_spotter": (KeywordSpotter, (1, 20, 10)),
-            "bn_cnn": (BnCnn, (1, 1, 12, 12)), "encoder": (Encoder, (1, 8, 6))}
+            "bn_cnn": (BnCnn, (1, 1, 12, 12)), "encoder": (Encoder, (1, 8, 6)), **_torch_kinds()}
 
 
-KINDS = ("ln_gelu_mlp", "keyword_spotter", "bn_cnn", "encoder")
+def _torch_kinds():
+    """Kinds written with torch's own transformer modules (nn.MultiheadAttention inside)."""
+    import torch
+    from torch import nn
+
+    class TorchEncoder(nn.Module):
+        """The same task with torch's own modules: nn.TransformerEncoder (2 post-norm layers, 2 heads, GELU;
+        nn.MultiheadAttention inside: export/onnx_layout.py keeps its batch axis first)."""
+
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True)
+            self.inp, self.enc, self.head = nn.Linear(6, 16), nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.head(self.enc(self.inp(x)).mean(dim=1))
+
+    class TokenClassifier(nn.Module):
+        """Token ids (B, 8) of a 20-word vocabulary -> nn.Embedding + learned positions -> one
+        nn.TransformerEncoderLayer -> mean -> 3 classes."""
+
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True)
+            self.emb, self.pos = nn.Embedding(VOCAB, 16), nn.Parameter(torch.zeros(1, 8, 16))
+            self.enc, self.head = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False), nn.Linear(16, 3)
+
+        def forward(self, ids):
+            return self.head(self.enc(self.emb(ids) + self.pos).mean(dim=1))
+
+    return {"torch_encoder": (TorchEncoder, (1, 8, 6)), "token_classifier": (TokenClassifier, (1, 8))}
+
+
+KINDS = ("ln_gelu_mlp", "keyword_spotter", "bn_cnn", "encoder", "torch_encoder", "token_classifier")
+VOCAB = 20            # token_classifier's vocabulary: its input is ids 0 .. VOCAB - 1
 
 
 def kind_model(name: str, seed: int = 0, **kwargs):
@@ -222,17 +256,21 @@ def kind_model(name: str, seed: int = 0, **kwargs):
 
 
 def export_kind(name: str, out_dir, seed: int = 0, n_calibration: int = 256):
-    """OUT/<name>.onnx (fp32, opset 17) and OUT/<name>_calibration.npy; returns their paths."""
+    """OUT/<name>.onnx (fp32, opset 17) and OUT/<name>_calibration.npy (token ids for token_classifier);
+    returns their paths."""
     import warnings
     import torch
     m, shape = kind_model(name, seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    ids = name == "token_classifier"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(m, torch.randn(*shape), str(out / (name + ".onnx")), opset_version=17, dynamo=False,
-                          input_names=["x"], output_names=["y"])
-    x = (np.random.default_rng(seed).normal(size=(n_calibration,) + tuple(shape[1:])) * 1.5).astype(np.float32)
+        torch.onnx.export(m, torch.randint(0, VOCAB, shape) if ids else torch.randn(*shape), str(out / (name + ".onnx")),
+                          opset_version=17, dynamo=False, input_names=["x"], output_names=["y"])
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(0, VOCAB, size=(n_calibration,) + tuple(shape[1:])) if ids
+         else (rng.normal(size=(n_calibration,) + tuple(shape[1:])) * 1.5).astype(np.float32))
     np.save(out / (name + "_calibration.npy"), x)
     return out / (name + ".onnx"), out / (name + "_calibration.npy")
 

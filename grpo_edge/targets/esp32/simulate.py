@@ -111,6 +111,15 @@ def ort_session(onnx_path_or_bytes, extra_outputs=()):
     return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
+ORT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+
+def feed(sess, x) -> dict:
+    """{input name: x} in the session's input type (token ids stay integers; anything else float32)."""
+    i = sess.get_inputs()[0]
+    return {i.name: np.asarray(x, dtype=ORT_TYPES.get(i.type, np.float32))}
+
+
 def _per_op_vs_ort(graph, vals, B) -> list:
     """Each op's reference fed with ORT's own inputs vs ORT's output. A tensor the ONNX model lacks (a 4-D
     view "<name>/4d" of a rank-3 tensor: parse.as_4d, add_op's onnx_shape) is computed here from ORT's
@@ -144,19 +153,17 @@ def ort_check(graph, onnx_path, x_float: np.ndarray) -> dict:
     names = [t for t in graph.tensors if t in in_model and not any(t in op.attrs.get("constants", {})
                                                                    for op in graph.ops)]
     sess = ort_session(onnx_path, names)
-    in_name = sess.get_inputs()[0].name
     B = len(x_float)
-    runs = [sess.run(names, {in_name: x_float[i:i + 1]}) for i in range(B)]
+    runs = [sess.run(names, feed(sess, x_float[i:i + 1])) for i in range(B)]
     vals = {n: np.concatenate([r[j] for r in runs]) for j, n in enumerate(names)}
     per_op = _per_op_vs_ort(graph, vals, B)
-    ref = R.run(graph, vals[graph.input])
+    tin = graph.tensors[graph.input]
+    ref = R.run(graph, vals[graph.input].astype(tin.np_dtype))
     ort_out = vals[graph.output]
     d = np.abs(ref.astype(np.int64) - ort_out.reshape(ref.shape).astype(np.int64))
     out = {"per_op": per_op, "per_op_max_lsb": max(p["max_lsb"] for p in per_op),
            "end_to_end_max_lsb": int(d.max()), "end_to_end_frac_diff": float((d > 0).mean()),
-           "input_quantization_matches": bool(np.array_equal(
-               vals[graph.input], R.quantize(x_float, graph.tensors[graph.input].scale,
-                                             graph.tensors[graph.input].zero_point, graph.activation_dtype)))}
+           "input_quantization_matches": bool(np.array_equal(vals[graph.input], R.input_codes(tin, x_float)))}
     if ref.shape[-1] > 1 and graph.ops[-1].kind != "argmax":
         out["decision_agreement"] = float((ref.reshape(B, -1).argmax(1) == ort_out.reshape(B, -1).argmax(1)).mean())
     return out

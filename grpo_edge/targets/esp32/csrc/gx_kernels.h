@@ -402,6 +402,20 @@ GX_INLINE void gx_slice(int outer, int inner, int in_inner, const int8_t *restri
         for (k = 0; k < inner; ++k) out[(long)o * inner + k] = in[(long)o * in_inner + k];
 }
 
+/* ------------------------------------------------------------------ embedding (token ids -> table rows) */
+
+/* out[t] = table[ids[t]]: n rows of d int8 out of a rows x d table; an id outside 0 .. rows - 1 reads the
+ * nearest row (ops/embedding.py). */
+GX_INLINE void gx_embedding(const int8_t *table, int rows, int d, int n, const int32_t *restrict ids,
+                            int8_t *restrict out)
+{
+    int t, k;
+    for (t = 0; t < n; ++t) {
+        const int32_t r = ids[t] < 0 ? 0 : (ids[t] >= rows ? rows - 1 : ids[t]);
+        for (k = 0; k < d; ++k) out[(long)t * d + k] = table[(long)r * d + k];
+    }
+}
+
 /* ------------------------------------------------------------------ layer norm */
 
 typedef struct {

@@ -43,7 +43,7 @@ def elementwise_macs(op, tensors):
 
 
 MODULES = ("fully_connected", "matmul", "conv", "add", "concat", "lut", "layer_norm", "pool", "argmax", "softmax",
-           "reshape", "split", "transpose", "pad", "mul")
+           "reshape", "split", "transpose", "pad", "mul", "embedding")
 
 
 def _registry():

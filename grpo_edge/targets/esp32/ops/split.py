@@ -94,6 +94,11 @@ def from_slice(p, node):
 
 
 def from_gather(p, node):
+    """Constant indices into an activation (a slice); the model's token ids into a constant table: an
+    embedding (ops/embedding.py)."""
+    if node.input[1] == p.input and p.tensors[p.input].limit:
+        from .embedding import from_gather_ids
+        return from_gather_ids(p, node)
     x = p.tensors[p.act_input(node, 0)]
     idx = p.consts.get(node.input[1])
     axis = int(attr(node, "axis", 0)) % len(x.shape)
