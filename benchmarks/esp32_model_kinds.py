@@ -4,8 +4,9 @@ ours vs TFLite Micro (the same int8 parameters through the project's TFLite writ
     .venv/bin/python benchmarks/esp32_model_kinds.py [--out /tmp/kinds] [--json benchmarks/results/esp32_model_kinds.json]
 
 For each kind of grpo_edge.targets.esp32.samples.KINDS (an MLP with LayerNorm and GELU, a Conv1d keyword
-spotter with an input Transpose and a softmax head, a CNN with BatchNorm, HardSwish and Concat): export it
-(samples.export_kind: fp32, opset 17, seeded weights, 256 calibration inputs), then `grpo-edge deploy --target
+spotter with an input Transpose and a softmax head, a CNN with BatchNorm, HardSwish and Concat, a transformer
+encoder written out, the same with torch's nn.TransformerEncoder, a token classifier with nn.Embedding):
+export it (samples.export_kind: fp32, opset 17, seeded weights, 256 calibration inputs or token ids), then `grpo-edge deploy --target
 esp32s3 --onnx M --calibration C --activations int8` (the Python API, with TFLM and callgrind). Printed per
 kind: host / rv32 bit-exactness, rv32 instructions, flash, arena; TFLM's arena and the host (x86-64 callgrind)
 instructions of both invokes, and their ratios (goal: <= 0.5x TFLM). Where TFLM cannot run the model, why.
