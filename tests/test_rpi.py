@@ -105,17 +105,122 @@ def test_runner_stdin_and_bench_without_torch(deployed):
     assert b["latency_median_s"] > 0 and b["how"] == "measured-host" and "power" not in b
 
 
-def test_runner_choose_rewrites_deploy_json(deployed, tmp_path):
+def _copy(deployed, tmp_path):
     import shutil
     out, _ = deployed
     d = tmp_path / "copy"
     shutil.copytree(str(out), str(d))
+    return d
+
+
+def _digests(d):
+    import hashlib
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in d.iterdir() if p.is_file()}
+
+
+def test_runner_choose_writes_device_choice_and_keeps_the_manifest_true(deployed, tmp_path):
+    """--choose on the device writes device_choice.json and changes no shipped file (what MANIFEST.sha256
+    lists stays true); the runner's default then follows the device's choice."""
+    d = _copy(deployed, tmp_path)
+    before, shipped = _digests(d), (d / "deploy.json").read_text()
     r = _run(d, ["-c", NO_TORCH, "--choose", "--runs", "50", "--warmup", "5", "--json"])
     assert r.returncode == 0, r.stderr
+    choice = json.loads((d / "device_choice.json").read_text())
+    assert choice["chosen"] == json.loads(r.stdout)["chosen"] and "device_bench" in choice
+    after = _digests(d)
+    assert set(after) - set(before) == {"device_choice.json"} and all(after[k] == v for k, v in before.items())
+    if not json.loads(shipped)["int8_allowed"]:
+        assert choice["chosen"] == "model.onnx"
+    choice["chosen"] = "model.int8.onnx"          # the runner's default follows the device's choice
+    (d / "device_choice.json").write_text(json.dumps(choice))
+    default = _run(d, ["-c", NO_TORCH, "--input", "sample_inputs.npy", "--json"])
+    named = _run(d, ["-c", NO_TORCH, "--model", "model.int8.onnx", "--input", "sample_inputs.npy", "--json"])
+    assert json.loads(default.stdout)["outputs"] == json.loads(named.stdout)["outputs"]
+
+
+def _error_line(r):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: runner: "), r.stderr
+    return lines[0]
+
+
+def test_runner_bad_inputs_are_one_line_each(deployed, tmp_path):
+    """Every input or flag the runner cannot take: one `error:` line naming it, exit 2, no traceback."""
+    d = _copy(deployed, tmp_path)
+    np.save(d / "wide.npy", np.zeros((3, 5), np.float32))
+    np.save(d / "nan.npy", np.array([[0, 0, 0, 0], [0, np.nan, 0, 0]], np.float32))
+    np.save(d / "strings.npy", np.array([["a", "b", "c", "d"]]))
+    np.save(d / "empty.npy", np.zeros((0, 4), np.float32))
+    (d / "bad.csv").write_text("0.1,0.2,0.3,0.4\n0.1,abc,0.3,0.4\n")
+    (d / "ragged.txt").write_text("0.1 0.2 0.3 0.4\n0.1 0.2\n")
+    (d / "pickle.npy").write_bytes(b"\x93NUMPY garbage")
+    cases = [(["--input", "missing.npy"], None, "input file not found: missing.npy"),
+             (["--input", "wide.npy"], None, "the model takes (N, 4): 4 values per sample"),
+             (["--input", "nan.npy"], None, "sample 1 has NaN or inf values"),
+             (["--input", "strings.npy"], None, "the model takes numbers"),
+             (["--input", "empty.npy"], None, "holds no samples"),
+             (["--input", "bad.csv"], None, "bad.csv line 2: '0.1,abc,0.3,0.4' is not a list of numbers"),
+             (["--input", "ragged.txt"], None, "ragged.txt line 2 has 2 values, the first sample 4"),
+             (["--input", "pickle.npy"], None, "pickle.npy is not a .npy / .npz array"),
+             (["--input", "-"], "abc\n", "stdin line 1: 'abc' is not a list of numbers"),
+             (["--input", "-"], "", "no input samples in stdin"),
+             (["--input", "-"], "1 2 3 inf\n", "sample 0 has NaN or inf values"),
+             (["--bench", "--runs", "0"], None, "--runs must be >= 1 (got 0)"),
+             (["--bench", "--runs", "-5"], None, "--runs must be >= 1 (got -5)"),
+             (["--threads", "0"], None, "--threads must be >= 1"),
+             (["--runs", "many"], None, "argument --runs: invalid int value: 'many'"),
+             (["--model", "nope.onnx", "--input", "sample_inputs.npy"], None, "model not found")]
+    for args, stdin, want in cases:
+        line = _error_line(_run(d, ["-c", NO_TORCH] + args, stdin=stdin))
+        assert want in line, (args, line)
+
+
+def test_runner_casts_what_it_can_without_loss(deployed, tmp_path):
+    """float64 (numpy's default), int64, one sample without the batch axis, rows flattened, a CSV file: the
+    same outputs as the float32 batch."""
+    d = _copy(deployed, tmp_path)
+    x = np.load(str(d / "sample_inputs.npy"))[:4]
+    want = json.loads(_run(d, ["-c", NO_TORCH, "--model", "model.onnx", "--input", "sample_inputs.npy",
+                               "--json"]).stdout)["outputs"][:4]
+    np.save(d / "f64.npy", x.astype(np.float64))
+    np.save(d / "one.npy", x[0].astype(np.float64))
+    np.save(d / "ints.npy", np.array([[0, 1, -1, 2]], np.int64))
+    (d / "x.csv").write_text("\n".join(",".join("%.9g" % v for v in row) for row in x) + "\n")
+    for name, rows in (("f64.npy", want), ("one.npy", want[:1]), ("x.csv", want)):
+        r = _run(d, ["-c", NO_TORCH, "--model", "model.onnx", "--input", name, "--json"])
+        assert r.returncode == 0, (name, r.stderr)
+        np.testing.assert_allclose(json.loads(r.stdout)["outputs"], rows, rtol=1e-5, atol=1e-6)
+    r = _run(d, ["-c", NO_TORCH, "--model", "model.onnx", "--input", "ints.npy", "--json"])
+    assert r.returncode == 0 and len(json.loads(r.stdout)["actions"]) == 1, r.stderr
+
+
+def test_runner_check_compares_the_folder_with_its_golden_vectors(deployed, tmp_path):
+    """--check: both models on sample_inputs.npy vs expected_outputs.npy, exit 0; a changed golden vector
+    makes the fp32 comparison fail, exit 1."""
+    d = _copy(deployed, tmp_path)
+    r = _run(d, ["-c", NO_TORCH, "--check", "--json"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout)
+    assert res["model.onnx"]["pass"] and res["model.onnx"]["max_abs_diff"] < 1e-4
+    assert res["model.int8.onnx"]["pass"] and res["model.int8.onnx"]["samples"] == 64
+    y = np.load(str(d / "expected_outputs.npy"))
+    np.save(d / "expected_outputs.npy", y + 0.01)
+    r = _run(d, ["-c", NO_TORCH, "--check", "--json"])
+    assert r.returncode == 1 and not json.loads(r.stdout)["model.onnx"]["pass"]
+
+
+def test_runner_refuses_inputs_far_outside_the_training_range(deployed, tmp_path):
+    """deploy.json's input range (the task's: digits' pixels / 16 in [0, 1]): values far outside it are one
+    line saying how to prepare them; --no-range-check runs them anyway."""
+    d = _copy(deployed, tmp_path)
     cfg = json.loads((d / "deploy.json").read_text())
-    assert cfg["chosen"] == json.loads(r.stdout)["chosen"] and "device_bench" in cfg
-    if not cfg["int8_allowed"]:
-        assert cfg["chosen"] == "model.onnx"
+    assert "input" in cfg and cfg["input"]["layout"][1:] == [4]
+    cfg["input"].update(range=[0.0, 1.0], preprocess="pixels / 16")
+    (d / "deploy.json").write_text(json.dumps(cfg))
+    np.save(d / "raw.npy", np.full((2, 4), 16.0, np.float32))
+    line = _error_line(_run(d, ["-c", NO_TORCH, "--input", "raw.npy"]))
+    assert "values reach [16, 16], but the model was trained on [0, 1] (pixels / 16)" in line
+    assert _run(d, ["-c", NO_TORCH, "--input", "raw.npy", "--no-range-check"]).returncode == 0
 
 
 def test_runner_reads_pi5_power(deployed, tmp_path):

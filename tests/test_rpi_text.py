@@ -72,9 +72,35 @@ def test_text_bad_inputs(deployed, tmp_path):
     kind, out, _ = deployed
     r = subprocess.run([sys.executable, "runner.py", "--text", "@@@"], cwd=str(out), capture_output=True,
                        text=True, timeout=60)
-    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("runner: characters not in")
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "error: runner: --text: characters not in the vocabulary: '@'"], r.stderr
     with pytest.raises(TargetError, match="from its checkpoint"):        # no tokenizer / loop in a bare step
         deploy(out / FILES[kind][len(FILES[kind]) // 2 - 1], "rpi4", tmp_path / "x", dict(FAST, task=kind))
+
+
+def test_a_bad_prompt_line_is_reported_and_the_others_complete(deployed):
+    """--prompts -: a line the model cannot take (a character outside its vocabulary, too long) is one
+    error line naming it; the other prompts still complete; exit 1."""
+    kind, out, _ = deployed
+    good = json.loads((out / "expected_completions.json").read_text())["prompts"][:2]
+    lines = [good[0], "@@", good[1], "9" * 200]
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, "--model", "model.onnx", "--prompts", "-", "--json"],
+                       cwd=str(out), input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    res = json.loads(r.stdout)
+    assert res["prompts"] == good and len(res["completions"]) == 2
+    errs = r.stderr.strip().splitlines()
+    assert len(errs) == 2 and errs[0].startswith("error: runner: stdin line 2: characters not in")
+    assert errs[1].startswith("error: runner: stdin line 4: ")
+
+
+def test_text_check_completes_the_golden_prompts(deployed):
+    """--check on a text folder: expected_completions.json's prompts through both models; fp32 completes
+    them as the checkpoint did."""
+    kind, out, _ = deployed
+    res = json.loads(_runner(out, ["--check", "--json"]))
+    assert res["model.onnx"]["agreement"] == 1.0 and res["model.onnx"]["pass"]
+    assert res["model.int8.onnx"]["pass"], res
 
 
 def test_calibration_from_decoding_quantizes_and_runs(tmp_path):

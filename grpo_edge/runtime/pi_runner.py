@@ -7,6 +7,7 @@ grpo_edge/runtime/pi_runner.py, copied unchanged into a deploy folder as runner.
     echo "0.01 0.02 -0.03 0.04" | python3 runner.py --input - # one sample per line, from stdin
     python3 runner.py --bench --runs 2000                     # median latency (+ power on a Pi 5)
     python3 runner.py --model model.int8.onnx --reference ... # ORT graph optimizations off
+    python3 runner.py --check                                 # this folder's models vs its golden vectors
 
 Text models (a tokenizer.json in this folder; the decoding loop is in textgen.py):
 
@@ -14,7 +15,12 @@ Text models (a tokenizer.json in this folder; the decoding loop is in textgen.py
     python3 runner.py --prompts prompts.txt --json            # one prompt per line (- for stdin)
     python3 runner.py --bench --runs 200                      # per-token and per-completion median latency
 
-The default model is the one deploy.json marks as chosen (fp32 or int8, picked by measurement).
+The default model is the one deploy.json marks as chosen (fp32 or int8, picked by measurement), or the one
+`--choose` picked on this device (device_choice.json: deploy.json and MANIFEST.sha256 stay as shipped).
+
+Inputs: .npy / .npz arrays, or .csv / .txt / stdin with one sample per line. float64 and integer arrays are
+cast to float32 (integers up to 2^24, exactly); one sample without the batch axis, or samples flattened to
+rows, are reshaped to the model's layout. A bad input or flag is one `error:` line and exit 2.
 """
 import argparse
 import json
@@ -62,27 +68,106 @@ class Runner(object):
         return feed
 
 
+class InputError(Exception):
+    """A bad input or flag: main prints one `error:` line and exits 2."""
+
+
 def read_inputs(src, runner):
-    """A batch from a .npy / .npz file, or from stdin: one sample per line, numbers separated by spaces,
-    commas or as a JSON list."""
+    """A batch from a .npy / .npz file, a .csv / .txt file or stdin (one sample per line: numbers separated by
+    spaces or commas, or a JSON list), fitted to the model's input (fit_input)."""
     if src == "-":
-        rows = []
-        for line in sys.stdin:
-            line = line.strip()
-            if not line:
-                continue
+        x = parse_rows(sys.stdin, "stdin")
+    elif not os.path.isfile(src):
+        raise InputError("input file not found: %s" % src)
+    elif src.lower().endswith((".csv", ".txt")):
+        with open(src) as f:
+            x = parse_rows(f, src)
+    else:
+        try:
+            data = np.load(src, allow_pickle=False)
+        except Exception as e:  # noqa: BLE001 - pickled, truncated or not an array file
+            raise InputError("%s is not a .npy / .npz array (%s); give .npy, .npz, or .csv / .txt with one sample "
+                             "per line" % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
+        if not isinstance(data, np.ndarray):
+            keys = [k for k in data.files if not k.startswith("__")]
+            names = [i.name for i in runner.inputs]
+            if len(names) > 1 and all(n in keys for n in names):
+                return {n: data[n] for n in names}
+            if not keys:
+                raise InputError("%s holds no arrays" % src)
+            data = data[names[0] if names[0] in keys else keys[0]]
+        x = data
+    return fit_input(x, runner.inputs[0], src)
+
+
+def parse_rows(lines, where):
+    """Text rows -> a float64 (N, width) array; a row that is not numbers, or of another width, is an error."""
+    rows = []
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
             vals = json.loads(line) if line.startswith("[") else [float(v) for v in line.replace(",", " ").split()]
-            rows.append(np.asarray(vals, dtype=np.float32).ravel())
-        shape = [d if isinstance(d, int) and d > 0 else -1 for d in runner.inputs[0].shape[1:]]
-        return np.stack(rows).reshape([len(rows)] + shape)
-    data = np.load(src, allow_pickle=False)
-    if isinstance(data, np.ndarray):
-        return data
-    keys = [k for k in data.files if not k.startswith("__")]
-    names = [i.name for i in runner.inputs]
-    if all(n in keys for n in names):
-        return {n: data[n] for n in names}
-    return data[keys[0]]
+            row = np.asarray(vals, dtype=np.float64).ravel()
+        except (ValueError, TypeError):
+            raise InputError("%s line %d: %r is not a list of numbers" % (where, n, line[:40]))
+        if rows and row.size != rows[0].size:
+            raise InputError("%s line %d has %d values, the first sample %d" % (where, n, row.size, rows[0].size))
+        rows.append(row)
+    if not rows:
+        raise InputError("no input samples in %s" % where)
+    return np.stack(rows)
+
+
+def fit_input(x, spec, src):
+    """x as the model's input `spec` takes it: numbers only; float64 / integers cast to float32 (integers up
+    to 2^24) or, for token ids, whole numbers to int64; one sample without the batch axis or flattened rows
+    reshaped; no NaN / inf; at least one sample."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "fiub":
+        raise InputError("%s holds %s values; the model takes numbers" % (src, x.dtype))
+    if "int" in spec.type:                                   # token ids
+        if x.dtype.kind == "f" and not (np.isfinite(x).all() and np.array_equal(x, np.round(x))):
+            raise InputError("%s: the model takes whole numbers (token ids)" % src)
+        x = x.astype(np.int64)
+    else:
+        if x.dtype.kind in "iu" and x.size and np.abs(x.astype(np.float64)).max() > 2 ** 24:
+            raise InputError("%s: integers beyond 2^24 do not fit float32 exactly" % src)
+        x = x.astype(np.float32)
+    per = [d if isinstance(d, int) and d > 0 else None for d in spec.shape[1:]]
+    if per and None not in per:
+        size = int(np.prod(per))
+        if tuple(x.shape[1:]) == tuple(per):
+            pass
+        elif tuple(x.shape) == tuple(per) or (x.ndim == 1 and x.size == size):
+            x = x.reshape([1] + per)                         # one sample without the batch axis
+        elif x.ndim == 2 and x.shape[1] == size:
+            x = x.reshape([-1] + per)                        # samples flattened to rows
+        else:
+            raise InputError("%s has shape %s; the model takes (N, %s): %d values per sample"
+                             % (src, list(x.shape), ", ".join(map(str, per)), size))
+    if x.ndim == 0 or len(x) == 0:
+        raise InputError("%s holds no samples" % src)
+    bad = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(1)) if x.dtype.kind == "f" else []
+    if len(bad):
+        raise InputError("%s: sample %d has NaN or inf values (%d samples do)" % (src, bad[0], len(bad)))
+    return x
+
+
+def check_range(x, cfg, src):
+    """Inputs far outside what the model was trained on (deploy.json's input range, e.g. digits' pixels / 16
+    in [0, 1]) are an error that says how to prepare them."""
+    rng = (cfg.get("input") or {}).get("range")
+    if not rng or isinstance(x, dict):
+        return
+    lo, hi = float(rng[0]), float(rng[1])
+    span = max(hi - lo, 1e-6)
+    xmin, xmax = float(np.min(x)), float(np.max(x))
+    if xmin < lo - span or xmax > hi + span:
+        how = (cfg.get("input") or {}).get("preprocess")
+        raise InputError("%s: values reach [%g, %g], but the model was trained on [%g, %g]%s; prepare them so, or "
+                         "pass --no-range-check" % (src, xmin, xmax, lo, hi, " (%s)" % how if how else ""))
 
 
 def pmic_power_w():
@@ -187,11 +272,19 @@ def timed(call, runs, warmup, power=True):
     return out
 
 
+def load_config():
+    """deploy.json as shipped ({} when absent)."""
+    path = os.path.join(HERE, "deploy.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def choose(runs, warmup, threads):
-    """Re-pick fp32 vs int8 by measuring both HERE; int8 only if the host check allowed it (metric kept)."""
-    cfg_path = os.path.join(HERE, "deploy.json")
-    with open(cfg_path) as f:
-        cfg = json.load(f)
+    """Re-pick fp32 vs int8 by measuring both HERE; int8 only if the host check allowed it (metric kept).
+    The pick goes to device_choice.json: deploy.json and MANIFEST.sha256 stay as shipped."""
+    cfg, choice = load_config(), {}
     lat, text = {}, text_config()
     for name in ("model.onnx", "model.int8.onnx"):
         path = os.path.join(HERE, name)
@@ -201,16 +294,48 @@ def choose(runs, warmup, threads):
             lat[name] = text_bench(text_generator(path, text, threads=threads), path, text["example_prompt"],
                                    runs, warmup, power=False)
     fast8 = lat["model.int8.onnx"]["latency_median_s"] < lat["model.onnx"]["latency_median_s"]
-    cfg["chosen"] = "model.int8.onnx" if (cfg.get("int8_allowed") and fast8) else "model.onnx"
-    cfg["why"] = "runner.py --choose on %s: int8 %.3g s vs fp32 %.3g s median; int8 allowed: %s" % (
+    choice["chosen"] = "model.int8.onnx" if (cfg.get("int8_allowed") and fast8) else "model.onnx"
+    choice["why"] = "runner.py --choose on %s: int8 %.3g s vs fp32 %.3g s median; int8 allowed: %s" % (
         lat["model.onnx"]["machine"], lat["model.int8.onnx"]["latency_median_s"],
         lat["model.onnx"]["latency_median_s"], bool(cfg.get("int8_allowed")))
-    cfg["device_bench"] = lat
-    tmp = cfg_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(cfg, f, indent=2)
-    os.replace(tmp, cfg_path)
-    return {"chosen": cfg["chosen"], "why": cfg["why"]}
+    choice["device_bench"] = lat
+    path = os.path.join(HERE, "device_choice.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(choice, f, indent=2)
+    os.replace(path + ".tmp", path)
+    return {"chosen": choice["chosen"], "why": choice["why"]}
+
+
+def check_folder(threads=1):
+    """sample_inputs.npy through model.onnx and model.int8.onnx vs expected_outputs.npy (the checkpoint's own
+    outputs): fp32 within deploy.json's tolerance, int8's decisions as deploy measured them on its host (less
+    0.05: another CPU's int8 kernels may round a few decisions the other way). -> (ok, result)."""
+    cfg = load_config()
+    if text_config() is not None:
+        return check_text(cfg, threads)
+    paths = [os.path.join(HERE, n) for n in ("sample_inputs.npy", "expected_outputs.npy")]
+    missing = [os.path.basename(p) for p in paths if not os.path.exists(p)]
+    if missing:
+        raise InputError("--check needs %s in this folder" % " and ".join(missing))
+    x, want = np.load(paths[0]), np.load(paths[1])
+    res, ok = {}, True
+    limits = {"model.onnx": ("max_abs_diff", float(cfg.get("tolerance_fp32", 1e-4))),
+              "model.int8.onnx": ("agreement", max(0.0, float(cfg.get("int8_check_agreement", 1.0)) - 0.05))}
+    for name, (what, limit) in limits.items():
+        path = os.path.join(HERE, name)
+        if not os.path.exists(path):
+            continue
+        r = Runner(path, threads=threads)
+        got = np.asarray(r.run(fit_input(x, r.inputs[0], paths[0]))[0], dtype=np.float64).reshape(want.shape)
+        row = {"max_abs_diff": float(np.max(np.abs(got - want))), "samples": int(len(x))}
+        if want.ndim >= 2 and want.shape[-1] > 1:
+            row["agreement"] = float(np.mean(got.argmax(-1) == want.argmax(-1)))
+        if what in row:
+            row["pass"] = row[what] <= limit if what == "max_abs_diff" else row[what] >= limit
+            row["limit"] = "%s %s %g" % (what, "<=" if what == "max_abs_diff" else ">=", limit)
+            ok = ok and row["pass"]
+        res[name] = row
+    return ok, res
 
 
 def text_config():
@@ -227,86 +352,155 @@ def text_generator(path, cfg, reference=False, threads=1):
     import textgen
     missing = [f for f in textgen.model_files(path, cfg["arch"]).values() if not os.path.exists(f)]
     if missing:
-        sys.exit("runner: model file(s) not found: %s" % ", ".join(missing))
+        raise InputError("model file(s) not found: %s" % ", ".join(missing))
     return textgen.TextGenerator(cfg, textgen.ort_functions(path, cfg, reference=reference, threads=threads))
 
 
 def run_text(args, path, cfg):
     """--text / --prompts / --bench for a text model; returns the result dict."""
     gen = text_generator(path, cfg, reference=args.reference, threads=args.threads)
-    prompts = list(args.text or [])
-    if args.prompts:
-        f = sys.stdin if args.prompts == "-" else open(args.prompts, encoding="utf-8")
-        with f:
-            prompts += [line.rstrip("\r\n") for line in f if line.strip()]
-    result = {}
-    if prompts:
+    prompts = [("--text", p) for p in args.text or []] + read_prompts(args.prompts)
+    result, good = {}, []
+    for where, p in prompts:                 # a prompt the model cannot take is reported; the others run
         try:
-            result["completions"] = gen.complete(prompts, batch_size=args.batch_size)
+            gen.encode([p])
+            good.append(p)
         except ValueError as e:
-            sys.exit("runner: %s" % e)
-        result["prompts"] = prompts
+            result.setdefault("errors", []).append("%s: %s" % (where, e))
+    if good:
+        result["completions"] = gen.complete(good, batch_size=args.batch_size)
+        result["prompts"] = good
     if args.bench:
-        result["bench"] = text_bench(gen, path, prompts[0] if prompts else cfg["example_prompt"], args.runs,
+        result["bench"] = text_bench(gen, path, good[0] if good else cfg["example_prompt"], args.runs,
                                      args.warmup)
     return result
 
 
+def read_prompts(src):
+    """[(where, prompt)] from a file or stdin (-), one prompt per line, blank lines skipped."""
+    if not src:
+        return []
+    if src != "-" and not os.path.isfile(src):
+        raise InputError("prompts file not found: %s" % src)
+    try:
+        f = sys.stdin if src == "-" else open(src, encoding="utf-8")
+        with f:
+            lines = [line.rstrip("\r\n") for line in f]
+    except UnicodeDecodeError as e:
+        raise InputError("%s is not UTF-8 text (%s)" % ("stdin" if src == "-" else src, e.reason))
+    where = "stdin" if src == "-" else src
+    return [("%s line %d" % (where, n), p) for n, p in enumerate(lines, 1) if p.strip()]
+
+
+def check_text(cfg, threads=1):
+    """prompts of expected_completions.json (the checkpoint's own greedy completions) through model.onnx and
+    model.int8.onnx: the share completed the same, at least deploy.json's min_agreement for fp32 and int8's
+    as deploy measured it (less 0.05). -> (ok, result)."""
+    path = os.path.join(HERE, "expected_completions.json")
+    if not os.path.exists(path):
+        raise InputError("--check needs expected_completions.json in this folder")
+    with open(path, encoding="utf-8") as f:
+        exp = json.load(f)
+    limits = {"model.onnx": float(cfg.get("min_agreement", 1.0)),
+              "model.int8.onnx": max(0.0, float(cfg.get("int8_check_agreement") or 0.05) - 0.05)}
+    res, ok, text = {}, True, text_config()
+    for name, limit in limits.items():
+        gen = text_generator(os.path.join(HERE, name), text, threads=threads)
+        got = gen.complete(exp["prompts"])
+        agree = float(np.mean([g == e for g, e in zip(got, exp["completions"])]))
+        res[name] = {"agreement": agree, "prompts": len(got), "limit": "agreement >= %g" % limit,
+                     "pass": agree >= limit}
+        ok = ok and agree >= limit
+    return ok, res
+
+
 def chosen_model():
-    cfg = os.path.join(HERE, "deploy.json")
-    if os.path.exists(cfg):
-        with open(cfg) as f:
-            return os.path.join(HERE, json.load(f).get("chosen", "model.onnx"))
+    """What --choose picked on this device (device_choice.json), else what deploy chose (deploy.json)."""
+    for name in ("device_choice.json", "deploy.json"):
+        cfg = os.path.join(HERE, name)
+        if os.path.exists(cfg):
+            with open(cfg) as f:
+                return os.path.join(HERE, json.load(f).get("chosen", "model.onnx"))
     return os.path.join(HERE, "model.onnx")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="Run a grpo-edge ONNX model with onnxruntime.")
-    ap.add_argument("--model", default=None, help="ONNX file (default: the one deploy.json chose)")
-    ap.add_argument("--input", default=None, help=".npy/.npz batch, or - for stdin (one sample per line)")
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):           # one line, exit 2 (argparse prints usage + error)
+        sys.stderr.write("error: runner: %s (python3 runner.py --help)\n" % message)
+        sys.exit(2)
+
+
+def parse_args(argv=None):
+    ap = _Parser(description="Run a grpo-edge ONNX model with onnxruntime.")
+    ap.add_argument("--model", default=None, help="ONNX file (default: the chosen one: device_choice.json, "
+                                                  "else deploy.json)")
+    ap.add_argument("--input", default=None, help=".npy / .npz batch, .csv / .txt, or - for stdin (one sample "
+                                                  "per line)")
     ap.add_argument("--out", default=None, help="save the first output to this .npy file")
+    ap.add_argument("--check", action="store_true", help="run sample_inputs.npy through both models and compare "
+                                                         "with expected_outputs.npy (exit 1 if they differ)")
+    ap.add_argument("--no-range-check", action="store_true",
+                    help="accept inputs far outside the range the model was trained on")
     ap.add_argument("--bench", action="store_true", help="measure latency (warm-up, many runs, median)")
-    ap.add_argument("--runs", type=int, default=1000)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=1000, help="timed calls for --bench / --choose (>= 1)")
+    ap.add_argument("--warmup", type=int, default=100, help="untimed calls first (>= 0)")
     ap.add_argument("--reference", action="store_true", help="ORT graph optimizations off")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (>= 1)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--choose", action="store_true",
-                    help="on the device: bench fp32 and int8, keep the faster one if deploy.json allows int8")
+                    help="on the device: bench fp32 and int8, keep the faster one if deploy.json allows int8 "
+                         "(written to device_choice.json)")
     ap.add_argument("--text", action="append", help="text models: a prompt to complete (repeatable)")
     ap.add_argument("--prompts", default=None, help="text models: file with one prompt per line, - for stdin")
-    ap.add_argument("--batch-size", type=int, default=64, help="text models: prompts decoded together")
+    ap.add_argument("--batch-size", type=int, default=64, help="text models: prompts decoded together (>= 1)")
     args = ap.parse_args(argv)
+    for flag, value, low in (("--runs", args.runs, 1), ("--warmup", args.warmup, 0), ("--threads", args.threads, 1),
+                             ("--batch-size", args.batch_size, 1)):
+        if value < low:
+            ap.error("%s must be >= %d (got %d)" % (flag, low, value))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except InputError as e:
+        sys.stderr.write("error: runner: %s\n" % e)
+        return 2
+
+
+def run(args):
     if args.choose:
         result = choose(args.runs, args.warmup, args.threads)
         print(json.dumps(result) if args.json else "chosen: %s (%s)" % (result["chosen"], result["why"]))
         return 0
+    if args.check:
+        ok, result = check_folder(args.threads)
+        print(json.dumps(result) if args.json else "\n".join(
+            "check %s: %s" % (k, json.dumps(v)) for k, v in result.items()))
+        return 0 if ok else 1
     path = args.model or chosen_model()
     if not os.path.isabs(path) and not os.path.exists(os.path.join(os.getcwd(), path)):
         path = os.path.join(HERE, path)
     text = text_config()
     if text is not None:
-        result = run_text(args, path, text)
-        if args.json:
-            print(json.dumps(result))
-        else:
-            for c in result.get("completions", []):
-                print(c)
-            if "bench" in result:
-                print("bench: %s" % json.dumps(result["bench"]))
-        return 0
+        return print_text(run_text(args, path, text), args.json)
     if not os.path.exists(path):
-        sys.exit("runner: model not found: %s" % path)
+        raise InputError("model not found: %s" % path)
     runner = Runner(path, reference=args.reference, threads=args.threads)
     result = {}
     if args.input:
-        outs = runner.run(read_inputs(args.input, runner))
-        first = outs[0]
+        x = read_inputs(args.input, runner)
+        if not args.no_range_check:
+            check_range(x, load_config(), args.input)
+        first = runner.run(x)[0]
         if args.out:
             np.save(args.out, first)
-        result["outputs"] = first.tolist() if first.size <= 4096 else "saved to %s" % args.out
+        big = "%d values: saved to %s" % (first.size, args.out) if args.out else "%d values: use --out FILE" % first.size
+        result["outputs"] = first.tolist() if first.size <= 4096 else big
         if runner.output_names[:1] == ["action"]:          # a continuous policy: the bounded actions
-            result["actions"] = first.tolist() if first.size <= 4096 else "saved to %s" % args.out
+            result["actions"] = first.tolist() if first.size <= 4096 else big
         elif first.ndim >= 2 and first.shape[-1] > 1:
             result["actions"] = first.argmax(-1).tolist()
     if args.bench:
@@ -317,6 +511,20 @@ def main(argv=None):
         for k, v in result.items():
             print("%s: %s" % (k, json.dumps(v)))
     return 0
+
+
+def print_text(result, as_json):
+    """Completions on stdout; each prompt the model could not take as one `error:` line (exit 1 then)."""
+    if as_json:
+        print(json.dumps(result))
+    else:
+        for c in result.get("completions", []):
+            print(c)
+        if "bench" in result:
+            print("bench: %s" % json.dumps(result["bench"]))
+    for e in result.get("errors", []):
+        sys.stderr.write("error: runner: %s\n" % e)
+    return 1 if result.get("errors") else 0
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     sim = _simulate(out, model, sample, art, opts, rep)
     lat = _measure_latency(out, art, opts, rep)
     keep = _task_metrics(task, model, art, opts["eval_n"], rep)
-    _choose(out, keep, lat, art, prof, source, opts, rep)
+    _choose(out, keep, lat, art, prof, source, opts, rep, extra={
+        "input": _input_info(art, state, task), "int8_check_agreement": sim["int8"]["action_agreement"]})
     _estimate(art, prof, rep)
     rep.sections["simulation"] = sim
     rep.sections["quantization"] = {k: qinfo[k] for k in ("method", "per_channel", "reduce_range", "num_samples",
@@ -195,15 +196,32 @@ def _measure_latency(out, art, opts, rep) -> dict:
     return lat
 
 
-def _choose(out, keep, lat, art, prof, source, opts, rep) -> None:
-    """fp32 or int8 by the measurements (choose_model); written to deploy.json for the runner."""
+def _choose(out, keep, lat, art, prof, source, opts, rep, extra=None) -> None:
+    """fp32 or int8 by the measurements (choose_model); written to deploy.json for the runner, with what
+    the runner checks inputs and --check against (extra: input layout and range, int8's agreement)."""
     from grpo_edge.export.onnx_utils import io_specs
     chosen, why = choose_model(keep, lat, opts["min_retention"])
     rep.sections["choice"] = {"chosen": chosen, "why": why}
     deploy_cfg = {"chosen": chosen, "why": why, "int8_allowed": bool(keep is not None and keep >= opts["min_retention"]),
                   "inputs": art.inputs, "outputs": io_specs(art.graph, "output"),
                   "target": prof["name"], "source": str(source), "tolerance_fp32": opts["tolerance"]}
+    deploy_cfg.update(extra or {})
     atomic_write_text(out / "deploy.json", json.dumps(deploy_cfg, indent=2))
+
+
+def _input_info(art, state, task) -> dict:
+    """The model input as the runner takes it: layout, and from the task, the range it was trained on and
+    how raw data becomes that (digits: pixels / 16), when the task says."""
+    meta = (state or {}).get("task_meta") if state is not None else None
+    if not isinstance(meta, dict) and task is not None and hasattr(task, "checkpoint_meta"):
+        try:
+            meta = task.checkpoint_meta()
+        except Exception:  # noqa: BLE001 - a task that cannot describe itself: no range check
+            meta = None
+    meta = meta if isinstance(meta, dict) else {}
+    spec = art.inputs[0] if art.inputs else {}
+    return {"layout": spec.get("shape"), "dtype": spec.get("dtype"), "range": meta.get("input_range"),
+            "preprocess": meta.get("preprocess")}
 
 
 def _estimate(art, prof, rep) -> None:

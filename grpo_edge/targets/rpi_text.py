@@ -183,7 +183,9 @@ def _choose(out, keep, lat, cfg, files, prof, source, opts, rep) -> None:
         "generation": {"arch": cfg["arch"], "tokenizer": "tokenizer.json", "decoding": "greedy",
                        "files": {tag: [Path(f).name for f in fs.values()] for tag, fs in files.items()}},
         "inputs": io_specs(main, "input"), "outputs": io_specs(main, "output"), "target": prof["name"],
-        "source": str(source), "min_agreement": opts["min_agreement"]}, indent=2))
+        "source": str(source), "min_agreement": opts["min_agreement"],
+        "int8_check_agreement": rep.figures["sim_int8_agreement"].value if "sim_int8_agreement" in rep.figures
+        else None}, indent=2))
 
 
 def _estimates(rep, prof, cfg, fp32_files, bench):

@@ -27,4 +27,5 @@ class DigitsTask(BanditTask):
         return x[perm[n_test:]], y[perm[n_test:]], x[perm[:n_test]], y[perm[:n_test]]
 
     def checkpoint_meta(self):
-        return dict(super().checkpoint_meta(), input_range=[0.0, 1.0])
+        return dict(super().checkpoint_meta(), input_range=[0.0, 1.0],
+                    preprocess="scikit-learn's 8x8 digits: pixel values 0-16 divided by 16, shape (N, 1, 8, 8)")
