@@ -259,3 +259,22 @@ def test_bad_inputs(deployed, tmp_path):
         deploy(bad, "rpi4", tmp_path / "x", dict(FAST, task="cartpole"))
     with pytest.raises(TargetError, match="unknown option runz for target rpi4"):
         deploy(out / "model.onnx", "rpi4", tmp_path / "x", {"runz": 3})
+
+
+def test_digits_folder_says_how_to_prepare_raw_pixels(tmp_path):
+    """The digits folder, as a scikit-learn user feeds it: load_digits().images (float64, (N, 8, 8), pixels
+    0-16) is refused in one line that says pixels / 16; images / 16 in the same layout run (cast, reshaped
+    to (N, 1, 8, 8)) and classify as the checkpoint does."""
+    from sklearn.datasets import load_digits
+    out = tmp_path / "digits"
+    deploy(cached_checkpoint("digits"), "rpi4", out, FAST)
+    cfg = json.loads((out / "deploy.json").read_text())
+    assert cfg["input"]["range"] == [0.0, 1.0] and "divided by 16" in cfg["input"]["preprocess"]
+    d = load_digits()
+    np.save(out / "raw.npy", d.images[:200])
+    np.save(out / "scaled.npy", d.images[:200] / 16.0)
+    line = _error_line(_run(out, ["-c", NO_TORCH, "--model", "model.onnx", "--input", "raw.npy"]))
+    assert "trained on [0, 1] (scikit-learn's 8x8 digits: pixel values 0-16 divided by 16" in line
+    r = _run(out, ["-c", NO_TORCH, "--model", "model.onnx", "--input", "scaled.npy", "--json"])
+    assert r.returncode == 0, r.stderr
+    assert np.mean(np.asarray(json.loads(r.stdout)["actions"]) == d.target[:200]) > 0.8

@@ -140,10 +140,10 @@ def fit_input(x, spec, src):
         size = int(np.prod(per))
         if tuple(x.shape[1:]) == tuple(per):
             pass
-        elif tuple(x.shape) == tuple(per) or (x.ndim == 1 and x.size == size):
-            x = x.reshape([1] + per)                         # one sample without the batch axis
-        elif x.ndim == 2 and x.shape[1] == size:
-            x = x.reshape([-1] + per)                        # samples flattened to rows
+        elif x.ndim >= 2 and int(np.prod(x.shape[1:])) == size:
+            x = x.reshape([-1] + per)             # samples flattened to rows, or without a unit axis: (N, 8, 8)
+        elif x.size == size:
+            x = x.reshape([1] + per)              # one sample without the batch axis
         else:
             raise InputError("%s has shape %s; the model takes (N, %s): %d values per sample"
                              % (src, list(x.shape), ", ".join(map(str, per)), size))
