@@ -72,3 +72,35 @@ def one_error_line(r):
     lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     return lines[0]
+
+
+_PI_PYTHON = []
+
+
+def pi_python():
+    """The python of a venv that holds only numpy and onnxruntime (what a Pi user installs from the deploy
+    folder's requirements.txt), linked from this environment's copies: nothing is downloaded, torch and
+    grpo_edge are not importable there. Made once per test session, in TMPDIR."""
+    if _PI_PYTHON:
+        return _PI_PYTHON[0]
+    import subprocess
+    import tempfile
+    import numpy
+    import onnxruntime
+    root = tempfile.mkdtemp(prefix="pi_venv_")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", os.path.join(root, "venv")], check=True)
+    site = os.path.join(root, "site")
+    os.mkdir(site)
+    for mod in (numpy, onnxruntime):
+        src = os.path.dirname(mod.__file__)
+        os.symlink(src, os.path.join(site, os.path.basename(src)))
+        libs = src + ".libs"                    # numpy.libs: the wheel's bundled shared libraries
+        if os.path.isdir(libs):
+            os.symlink(libs, os.path.join(site, os.path.basename(libs)))
+    py = os.path.join(root, "venv", "bin", "python")
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(purelib, "only_numpy_onnxruntime.pth"), "w") as f:
+        f.write(site + "\n")
+    _PI_PYTHON.append(py)
+    return py

@@ -2,12 +2,12 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import pi_python
 from session_cache import checkpoint as cached_checkpoint
 from grpo_edge.errors import ExportError, TargetError
 from grpo_edge.targets.rpi import deploy
@@ -59,7 +59,9 @@ def test_simulation_and_metric_retention(deployed):
 
 
 def _run(out, code_args, stdin=None):
-    return subprocess.run([sys.executable] + code_args, cwd=str(out), input=stdin, capture_output=True,
+    """python CODE_ARGS in the folder, with the python of a venv holding only numpy and onnxruntime (what
+    the folder's requirements.txt installs on a Pi; conftest.pi_python)."""
+    return subprocess.run([pi_python()] + code_args, cwd=str(out), input=stdin, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -232,7 +234,7 @@ def test_runner_reads_pi5_power(deployed, tmp_path):
                                    "echo ' VDD_CORE_V volt(15)=0.80000000V'\necho ' EXT5V_V volt(24)=5.1V'\n")
     (fake / "vcgencmd").chmod(0o755)
     env = dict(os.environ, PATH="%s:%s" % (fake, os.environ["PATH"]))
-    r = subprocess.run([sys.executable, "-c", "import runner; print(runner.pmic_power_w())"], cwd=str(out),
+    r = subprocess.run([pi_python(), "-c", "import runner; print(runner.pmic_power_w())"], cwd=str(out),
                        env=env, capture_output=True, text=True, timeout=60)
     assert float(r.stdout) == pytest.approx(1.6)
 
@@ -278,3 +280,64 @@ def test_digits_folder_says_how_to_prepare_raw_pixels(tmp_path):
     r = _run(out, ["-c", NO_TORCH, "--model", "model.onnx", "--input", "scaled.npy", "--json"])
     assert r.returncode == 0, r.stderr
     assert np.mean(np.asarray(json.loads(r.stdout)["actions"]) == d.target[:200]) > 0.8
+
+
+def readme_commands(text):
+    """The shell lines of a README's code blocks that run on the device (not the venv / pip set-up)."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif inside and line.strip() and not line.startswith(("python3 -m venv", ". venv/", "pip install")):
+            lines.append(line)
+    return lines
+
+
+def run_readme(folder):
+    """Every command of folder/README.md, as the device user runs it (python3: the numpy + onnxruntime
+    venv); -> {command: CompletedProcess}."""
+    text = (folder / "README.md").read_text()
+    assert "pip install -r requirements.txt" in text
+    done = {}
+    for cmd in readme_commands(text):
+        if cmd.startswith("sha256sum") and not (folder / "MANIFEST.sha256").exists():
+            continue                     # the manifest is the CLI's (deploy() alone writes none)
+        r = subprocess.run(["bash", "-c", cmd.replace("python3 runner.py", pi_python() + " runner.py")],
+                           cwd=str(folder), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, (cmd, r.stdout[-500:], r.stderr[-500:])
+        done[cmd] = r
+    return done
+
+
+def test_the_folder_readme_runs_as_it_says(tmp_path):
+    """grpo-edge deploy --target rpi4 of the cartpole checkpoint: README.md says how to install, check, run,
+    what goes in and comes out, how to measure; every command in it runs in a venv with only numpy and
+    onnxruntime (the manifest check with sha256sum too); deploy.json names the checkpoint relative to the
+    folder."""
+    from conftest import cli_in
+    ckpt = cached_checkpoint("cartpole")
+    out = tmp_path / "pi"
+    r = cli_in(tmp_path, "deploy", "--target", "rpi4", "--checkpoint", ckpt, "--out", out, "--option", "runs=200",
+               "--option", "warmup=20", "--option", "eval_n=5", "--option", "calibration_samples=256")
+    assert r.returncode == 0, r.stderr
+    text = (out / "README.md").read_text()
+    for want in ("## Install", "## Check the folder", "## Run", "## Inputs", "(N, 4), float32", "## Outputs",
+                 "the action to take (0 .. 1)", "## Which model runs", "## Measure", "estimates"):
+        assert want in text, want
+    cfg = json.loads((out / "deploy.json").read_text())
+    assert not os.path.isabs(cfg["source"]) and (out / cfg["source"]).resolve() == Path(ckpt).resolve()
+    done = run_readme(out)
+    assert any(c.startswith("sha256sum") for c in done) and any("--check" in c for c in done)
+    assert any(c.startswith("echo") for c in done) and any("--bench" in c for c in done)
+
+
+def test_docs_list_every_pi_option():
+    """docs/rpi.md's options table names every key `deploy --option` takes for a Pi, and no other."""
+    import re
+    from grpo_edge.targets.rpi import OPTIONS
+    text = (Path(__file__).resolve().parents[1] / "docs" / "rpi.md").read_text()
+    table = text.split("## Options", 1)[1]
+    named = set()
+    for row in (r for r in table.splitlines() if r.startswith("| ") and not r.startswith("| key")):
+        named |= set(re.findall(r"[a-z_0-9]+", row.split("|")[1]))
+    assert named == set(OPTIONS), named ^ set(OPTIONS)

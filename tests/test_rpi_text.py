@@ -2,11 +2,11 @@
 completions; int8 calibrated from decoding runs; bench fills the text rows."""
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from conftest import pi_python
 from session_cache import text_checkpoint as cached_text_checkpoint
 from grpo_edge.errors import ExportError, TargetError
 from grpo_edge.targets.rpi import deploy
@@ -27,7 +27,7 @@ def deployed(request, tmp_path_factory):
 
 
 def _runner(out, args, stdin=None):
-    r = subprocess.run([sys.executable, "-c", NO_TORCH] + args, cwd=str(out), input=stdin, capture_output=True,
+    r = subprocess.run([pi_python(), "-c", NO_TORCH] + args, cwd=str(out), input=stdin, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -70,7 +70,7 @@ def test_text_runner_without_torch_matches_torch(deployed):
 
 def test_text_bad_inputs(deployed, tmp_path):
     kind, out, _ = deployed
-    r = subprocess.run([sys.executable, "runner.py", "--text", "@@@"], cwd=str(out), capture_output=True,
+    r = subprocess.run([pi_python(), "runner.py", "--text", "@@@"], cwd=str(out), capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         "error: runner: --text: characters not in the vocabulary: '@'"], r.stderr
@@ -84,7 +84,7 @@ def test_a_bad_prompt_line_is_reported_and_the_others_complete(deployed):
     kind, out, _ = deployed
     good = json.loads((out / "expected_completions.json").read_text())["prompts"][:2]
     lines = [good[0], "@@", good[1], "9" * 200]
-    r = subprocess.run([sys.executable, "-c", NO_TORCH, "--model", "model.onnx", "--prompts", "-", "--json"],
+    r = subprocess.run([pi_python(), "-c", NO_TORCH, "--model", "model.onnx", "--prompts", "-", "--json"],
                        cwd=str(out), input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
     res = json.loads(r.stdout)
@@ -101,6 +101,17 @@ def test_text_check_completes_the_golden_prompts(deployed):
     res = json.loads(_runner(out, ["--check", "--json"]))
     assert res["model.onnx"]["agreement"] == 1.0 and res["model.onnx"]["pass"]
     assert res["model.int8.onnx"]["pass"], res
+
+
+def test_the_text_folder_readme_runs_as_it_says(deployed):
+    """README.md of a text folder: its --text / --prompts / --check / --bench commands run in a venv with only
+    numpy and onnxruntime."""
+    from test_rpi import run_readme
+    kind, out, _ = deployed
+    text = (out / "README.md").read_text()
+    assert "## Inputs" in text and "at most" in text and "greedy completion" in text
+    done = run_readme(out)
+    assert any("--text" in c for c in done) and any("--check" in c for c in done)
 
 
 def test_calibration_from_decoding_quantizes_and_runs(tmp_path):

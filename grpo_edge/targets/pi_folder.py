@@ -30,3 +30,116 @@ def choose_model(keep, lat, min_retention):
     if not faster:
         return "model.onnx", "int8 keeps %.4f of the metric but is not faster (%s): fp32" % (keep, speed)
     return "model.int8.onnx", "int8 keeps %.4f of the metric and is faster (%s)" % (keep, speed)
+
+
+def write_readme(out, rep) -> None:
+    """README.md for the Pi user, made from the folder's own deploy.json (and tokenizer.json for a text
+    model) and the report's figures: install, check, run, inputs, outputs, which model runs, measure."""
+    from grpo_edge.report import atomic_write_text
+    out = Path(out)
+    cfg = json.loads((out / "deploy.json").read_text())
+    tok = json.loads((out / "tokenizer.json").read_text()) if (out / "tokenizer.json").exists() else None
+    name = rep.title.replace("grpo-edge deploy: ", "")
+    what = "%s %s" % (cfg.get("task") or (tok or {}).get("task") or "A", "text model" if tok else "policy")
+    parts = ["# %s on the %s\n" % (what[0].upper() + what[1:], name),
+             "Made by `grpo-edge deploy --target %s` from `%s`. The runner needs Python 3 with numpy and "
+             "onnxruntime only (no torch, no grpo-edge).\n" % (cfg["target"], cfg["source"]),
+             _INSTALL, _CHECK % ("expected_completions.json (the checkpoint's own greedy completions of prompts.txt)"
+                                 if tok else "sample_inputs.npy and expected_outputs.npy (the checkpoint's own outputs)")]
+    parts += _text_sections(tok) if tok else _policy_sections(cfg, out)
+    parts += [_CHOICE % (cfg["chosen"], cfg["why"]), _measure(rep, tok), _FILES]
+    atomic_write_text(out / "README.md", "\n".join(parts))
+
+
+_INSTALL = """## Install
+
+```
+python3 -m venv venv
+. venv/bin/activate
+pip install -r requirements.txt
+```
+"""
+
+_CHECK = """## Check the folder
+
+```
+sha256sum -c MANIFEST.sha256
+python3 runner.py --check
+```
+
+The first line checks that every file is as deploy wrote it. `--check` runs both models on %s: """ \
+    """fp32 must match within deploy's tolerance, int8 must decide as it did on the deploy host (within 5%%). """ \
+    """It exits 1 otherwise.
+"""
+
+_CHOICE = """## Which model runs
+
+Deploy chose `%s`: %s. `python3 runner.py --choose` measures both models on this Pi and keeps the """ \
+    """faster one when deploy allowed int8; it writes `device_choice.json` (deploy.json and the manifest stay """ \
+    """as shipped). `--model model.onnx` runs a given file.
+"""
+
+_FILES = """## Files
+
+| file | what |
+|---|---|
+| runner.py | the runner (`python3 runner.py --help`) |
+| model.onnx, model.int8.onnx (and their parts) | the fp32 and int8 models |
+| deploy.json | the chosen model, the input layout and range, what `--check` expects |
+| report.md, report.json | what deploy measured on its host and estimated for this device |
+| MANIFEST.sha256 | the digest of every file deploy wrote |
+"""
+
+
+def _policy_sections(cfg, out) -> list:
+    import numpy as np
+    spec = cfg.get("input") or {}
+    layout = spec.get("layout") or cfg["inputs"][0]["shape"]
+    per = [d for d in layout[1:]]
+    sample = np.load(str(out / "sample_inputs.npy"))[0].reshape(-1)
+    lines = ["## Run\n", "```", "python3 runner.py --input sample_inputs.npy",
+             "echo \"%s\" | python3 runner.py --input -" % " ".join("%.4g" % v for v in sample),
+             "python3 runner.py --input sample_inputs.npy --json --out outputs.npy", "```\n",
+             "## Inputs\n",
+             "- A batch of shape (N, %s), float32: N samples of %d values each." % (
+                 ", ".join(map(str, per)), int(np.prod(per))),
+             "- From a `.npy` / `.npz` file (float64 and integers are cast), a `.csv` / `.txt` file or stdin (`-`)"
+             " with one sample per line. One sample without the batch axis, or samples flattened to rows, are"
+             " reshaped. NaN and inf are refused."]
+    if spec.get("range"):
+        lines.append("- The model was trained on values in [%g, %g]%s; inputs far outside are refused "
+                     "(`--no-range-check` runs them anyway)." % (spec["range"][0], spec["range"][1],
+                                                                 ": " + spec["preprocess"] if spec.get("preprocess") else ""))
+    outs = cfg.get("outputs") or [{}]
+    n = int(np.load(str(out / "expected_outputs.npy")).shape[-1])
+    if outs[0].get("name") == "action":
+        what = "- `actions`: per sample, the %d bounded action values (a continuous policy)." % n
+    else:
+        what = ("- `outputs`: per sample, %d scores, one per action (logits). `actions`: the index of the largest, "
+                "the action to take (0 .. %d)." % (n, n - 1))
+    lines += ["", "## Outputs\n", what, "- `--json` prints one JSON object; `--out FILE.npy` saves the outputs.\n"]
+    return ["\n".join(lines)]
+
+
+def _text_sections(tok) -> list:
+    return ["\n".join([
+        "## Run\n", "```", "python3 runner.py --text \"%s\"" % tok["example_prompt"],
+        "python3 runner.py --prompts prompts.txt", "python3 runner.py --prompts prompts.txt --json", "```\n",
+        "## Inputs\n",
+        "- Prompts of at most %d characters from the model's vocabulary (tokenizer.json: %s)." % (
+            tok["input_len"], json.dumps("".join(tok["chars"]))[:200]),
+        "- `--text` (repeatable), or `--prompts FILE` (`-` for stdin) with one prompt per line. A line the model "
+        "cannot take is one error line; the others still complete (exit 1 then).\n",
+        "## Outputs\n",
+        "- One greedy completion per prompt, up to %d new characters (`--json`: prompts and completions)." % (
+            tok["max_new_tokens"]), ""])]
+
+
+def _measure(rep, tok) -> str:
+    est = ["- %s: %.3g s (%s)" % (k, f.value, f.source) for k, f in rep.figures.items()
+           if f.how == "estimated" and k.startswith("device_latency")]
+    return "\n".join(["## Measure\n", "```",
+                      "python3 runner.py --bench --runs %d" % (200 if tok else 2000), "```\n",
+                      "The median latency of one %s on this Pi (a Pi 5 also reads board power with `vcgencmd "
+                      "pmic_read_adc`). Deploy's figures for this device are estimates, not measurements:"
+                      % ("completion and per token" if tok else "call")] + (est or ["- (none)"]) + [""])

@@ -61,7 +61,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     lat = _measure_latency(out, art, opts, rep)
     keep = _task_metrics(task, model, art, opts["eval_n"], rep)
     _choose(out, keep, lat, art, prof, source, opts, rep, extra={
-        "input": _input_info(art, state, task), "int8_check_agreement": sim["int8"]["action_agreement"]})
+        "input": _input_info(art, state, task), "int8_check_agreement": sim["int8"]["action_agreement"],
+        "task": (state or {}).get("task") or getattr(task, "name", None)})
     _estimate(art, prof, rep)
     rep.sections["simulation"] = sim
     rep.sections["quantization"] = {k: qinfo[k] for k in ("method", "per_channel", "reduce_range", "num_samples",
@@ -204,9 +205,15 @@ def _choose(out, keep, lat, art, prof, source, opts, rep, extra=None) -> None:
     rep.sections["choice"] = {"chosen": chosen, "why": why}
     deploy_cfg = {"chosen": chosen, "why": why, "int8_allowed": bool(keep is not None and keep >= opts["min_retention"]),
                   "inputs": art.inputs, "outputs": io_specs(art.graph, "output"),
-                  "target": prof["name"], "source": str(source), "tolerance_fp32": opts["tolerance"]}
+                  "target": prof["name"], "source": _relative(source, out), "tolerance_fp32": opts["tolerance"]}
     deploy_cfg.update(extra or {})
     atomic_write_text(out / "deploy.json", json.dumps(deploy_cfg, indent=2))
+
+
+def _relative(source, out) -> str:
+    """The source as a path relative to the deploy folder (what the folder's files name it by)."""
+    import os
+    return os.path.relpath(str(Path(source).resolve()), str(Path(out).resolve()))
 
 
 def _input_info(art, state, task) -> dict:
@@ -238,6 +245,8 @@ def _estimate(art, prof, rep) -> None:
 
 
 def _finish(rep, out):
+    from grpo_edge.targets.pi_folder import write_readme
+    write_readme(out, rep)
     rep.notes.append(
         "int8 accuracy is judged with ORT graph optimizations off (the QDQ arithmetic itself): on x86 CPUs "
         "without VNNI, ORT's fused int8 kernels can saturate; metric_onnx_int8_ort_optimized shows this host's "

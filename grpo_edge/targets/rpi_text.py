@@ -14,6 +14,7 @@ levels over that range (measured on zh-en-numbers: exact match 0.75 fp32 -> 0.01
 quantized, 0.76 with MatMul/Gemm only).
 """
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,7 +184,8 @@ def _choose(out, keep, lat, cfg, files, prof, source, opts, rep) -> None:
         "generation": {"arch": cfg["arch"], "tokenizer": "tokenizer.json", "decoding": "greedy",
                        "files": {tag: [Path(f).name for f in fs.values()] for tag, fs in files.items()}},
         "inputs": io_specs(main, "input"), "outputs": io_specs(main, "output"), "target": prof["name"],
-        "source": str(source), "min_agreement": opts["min_agreement"],
+        "source": os.path.relpath(str(Path(source).resolve()), str(Path(out).resolve())),
+        "min_agreement": opts["min_agreement"],
         "int8_check_agreement": rep.figures["sim_int8_agreement"].value if "sim_int8_agreement" in rep.figures
         else None}, indent=2))
 
