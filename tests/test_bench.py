@@ -6,7 +6,7 @@ from grpo_edge.bench.table import FORMATS, run_bench
 
 
 def test_bench_table(tmp_path):
-    rows = run_bench(cached_checkpoint("cartpole"), tmp_path, targets=("rpi4", "esp32c3"),
+    rows = run_bench(cached_checkpoint("cartpole"), tmp_path, targets=("rpi4", "esp32c3", "jetson-nano"),
                      options={"runs": 50, "warmup": 5, "eval_n": 3, "calibration_samples": 256})
     assert [r["format"] for r in rows] == list(FORMATS)
     by = {r["format"]: r for r in rows}
@@ -26,6 +26,24 @@ def test_bench_table(tmp_path):
     assert "(measured-host)" in md and "(ESTIMATE)" in md
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
     _check_esp32_per_op(doc, md, tmp_path)
+    _check_one_device_model(by, doc, tmp_path)
+
+
+def _check_one_device_model(by, doc, out):
+    """bench and deploy take a device's estimate from one model (targets/device_model.py): the int8 C on the
+    ESP32-C3 is its rv32 count x CPI / clock in both (deploy of bench's own int8 ONNX gives the same figure,
+    within the count's spread over inputs); the Jetson's ONNX rows are TensorRT engines on its GPU, its TFLite
+    rows the CPU; each legend says which code it assumes."""
+    from grpo_edge.targets import deploy
+    from grpo_edge.targets.esp32 import rv32
+    leg = doc["legend"]
+    assert "TensorRT" in leg["jetson-nano_latency_s"] and "onnx int8: TensorRT int8 engine" in leg["jetson-nano_latency_s"]
+    assert "plain C, no ESP-NN" in leg["esp32c3_latency_s"]
+    if not rv32.available():
+        return
+    int8 = next(p for p in out.iterdir() if p.name.endswith(".onnx") and "int8" in p.name)
+    rep = deploy("esp32c3", onnx=str(int8), out_dir=str(out / "esp32"), options={"callgrind": False, "tflm": False})
+    assert abs(rep.figures["latency_s"].value / by["onnx int8"]["esp32c3_latency_s"] - 1) < 0.02
 
 
 def _check_esp32_per_op(doc, md, out):

@@ -68,15 +68,19 @@ def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
 def test_other_micro_gpt_shape_is_bit_exact_on_host_and_rv32(tmp_path):
     pair = _untrained(d_model=18, n_layer=3, n_head=3, max_len=16)   # 18: FC inputs not a multiple of 4
     rep = deploy_text(pair, "esp32c3", tmp_path / "c3", {"n_eval": 60, "n_calib": 64, "n_rv32": 1,
-                                                        "rv32": rv32.available(), "firmware": False,
-                                                        "tflm": False})
+                                                        "rv32": rv32.available(), "tflm": False})
     f = rep.figures
     assert f["host_bit_exact"].value is True
     assert f["completions_identical_to_fp32"].value >= 0.9     # untrained: logits nearly tied, a few flips allowed
     if rv32.available():
         assert f["rv32_bit_exact"].value is True
-    src = next((tmp_path / "c3" / "text_c").glob("*_text.c")).read_text()
+        assert [k for k in f if k.startswith("answer_time_")][0] == "answer_time_esp32c3_s"   # the chip asked for first
+    fw = tmp_path / "c3" / "firmware"
+    src = next((fw / "main").glob("*_text.c")).read_text()
     assert "static const layer_t layers[3]" in src
+    # the firmware is built for the chip asked for (issue 29: it said esp32s3 for every chip)
+    assert "idf.py set-target esp32c3" in (fw / "CMakeLists.txt").read_text()
+    assert "set-target esp32c3" in rep.sections["firmware"]["build"] and "esp32s3" not in rep.sections["firmware"]["build"]
 
 
 def test_device_side_checks_never_write_out_of_bounds():

@@ -46,8 +46,15 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
     calls = _measure_rows(b, rows)
     macs = _macs(b.paths["onnx fp32"], calls)
     result = [rows[f] for f in FORMATS] + [dict(r) for r in extra_rows]
-    _estimate_rows(result, profiles, macs, calls)
-    legend = _legend(b.task, profiles, macs, opts, checkpoint)
+    per_op = None
+    if opts["per_op"] and calls is None:
+        per_op = _esp32_per_op(b, rows["onnx int8"])
+    elif opts["per_op"]:
+        per_op = {"status": "skipped: a text model's ESP32 C is not made from its ONNX; its decode step's per-op "
+                            "profile is in the report of `grpo-edge deploy --target esp32s3`"}
+    rv32 = (per_op or {}).get("totals", {}).get("rv32_instructions_model") if (per_op or {}).get("status") == "ok" else None
+    codes = _estimate_rows(result, profiles, macs, calls, rv32, b.paths)
+    legend = _legend(b.task, profiles, macs, opts, checkpoint, codes)
     if calls:
         from grpo_edge.bench.text import text_legend
         legend = text_legend(legend, opts, len(calls))
@@ -55,11 +62,8 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
         legend["metric"] = "no task metric: %s" % b.task_err
     doc = {"checkpoint": str(checkpoint), "arch": b.state["arch"], "task": b.state.get("task"), "macs": macs,
            "legend": legend, "rows": result}
-    if opts["per_op"] and calls is None:
-        doc["esp32_per_op"] = _esp32_per_op(b, rows["onnx int8"])
-    elif opts["per_op"]:
-        doc["esp32_per_op"] = {"status": "skipped: a text model's ESP32 C is not made from its ONNX; its decode step's "
-                                         "per-op profile is in the report of `grpo-edge deploy --target esp32s3`"}
+    if per_op is not None:
+        doc["esp32_per_op"] = per_op
     atomic_write_text(out / "bench.json", json.dumps(doc, indent=2, default=str))
     atomic_write_text(out / "bench.md", bench_markdown(doc))
     atomic_write_bytes(out / "bench.png", bench_chart(doc))
@@ -228,21 +232,27 @@ def _macs(fp32_path, calls) -> int:
     return macs
 
 
-def _estimate_rows(result, profiles, macs, calls) -> None:
-    """Per target profile: device latency and energy of each row that ran (ESTIMATES from the profile)."""
-    from grpo_edge.targets.profiles import estimate_energy, estimate_latency
+def _estimate_rows(result, profiles, macs, calls, rv32_instructions=None, paths=None) -> dict:
+    """Per target profile: device latency and energy of each row that ran, from the target's device model
+    (targets/device_model.py: the same figures deploy reports). -> {profile: {format: what code it assumes}}."""
+    from grpo_edge.export.onnx_utils import load_onnx
+    from grpo_edge.targets.device_model import format_estimate
+    models = {f: load_onnx(paths[f]) for f in ("onnx fp32", "onnx int8")
+              if paths and f in paths and Path(paths[f]).exists()}
+    codes = {}
     for r in result:
-        dtype = "int8" if "int8" in r["format"] else "fp32"
         for p in profiles:
-            lat = en = None
-            if macs and r["format"] != "torch" and r["status"] == "ok":
-                lat = sum(estimate_latency(p, c, dtype)["value"] for c in (calls or [macs]))
-                en = estimate_energy(p, lat)["value"]
-            r["%s_latency_s" % p["name"]] = lat
-            r["%s_energy_j" % p["name"]] = en
+            est = None
+            if r["status"] == "ok":
+                est = format_estimate(p, r["format"], macs, calls, rv32_instructions, models.get(r["format"]))
+            r["%s_latency_s" % p["name"]] = est["latency_s"] if est else None
+            r["%s_energy_j" % p["name"]] = est["energy_j"] if est else None
+            if est:
+                codes.setdefault(p["name"], {})[r["format"]] = est["code"]
+    return codes
 
 
-def _legend(task, profiles, macs, opts, checkpoint):
+def _legend(task, profiles, macs, opts, checkpoint, codes=None):
     leg = {"size_bytes": "exact: file size (torch: serialized state dict)",
            "metric": ("measured-host: %s.evaluate(...)['%s'], greedy, eval_n=%s; onnx int8 scored with ORT graph "
                       "optimizations off (QDQ reference arithmetic)" % (type(task).__name__, task.metric_name,
@@ -252,8 +262,9 @@ def _legend(task, profiles, macs, opts, checkpoint):
                              "(ORT / LiteRT builtin kernels / torch eager)" % (opts["warmup"], opts["runs"]),
            "status": "ok, or why a format was skipped / failed"}
     for p in profiles:
-        leg["%s_latency_s" % p["name"]] = ("ESTIMATE: call_overhead_s + %d MACs / <dtype>_macs_per_s from targets/%s.yaml "
-                                          "(figures labelled estimate there)" % (macs, p["name"]))
+        what = "; ".join("%s: %s" % (f, c) for f, c in sorted((codes or {}).get(p["name"], {}).items()))
+        leg["%s_latency_s" % p["name"]] = ("ESTIMATE from the %s device model (targets/device_model.py, figures from "
+                                          "targets/%s.yaml; deploy reports the same): %s" % (p["name"], p["name"], what))
         leg["%s_energy_j" % p["name"]] = ("ESTIMATE: active_power_w (%s) x estimated latency"
                                          % p["figures"]["active_power_w"]["label"])
     return leg

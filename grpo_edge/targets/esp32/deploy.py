@@ -302,12 +302,10 @@ def _estimate_latency(n_instructions, prof, rep) -> None:
     if not clock:
         rep.notes.append("no clock_hz in the profile: latency and energy not estimated")
         return
-    clock = float(clock)
-    lat = n_instructions * rv32.CPI_RV32 / clock
-    how = ("rv32imc count x CPI %.1f (assumed) / %s clock %.0f MHz" % (rv32.CPI_RV32, pname, clock / 1e6))
-    if pname != "esp32c3":
-        how += "; Xtensa assumed to need the same instruction count as rv32imc (no Xtensa compiler here)"
-    rep.add("latency_s", lat, "s", "estimated", how + " [%s]" % fsource("clock_hz"))
+    from grpo_edge.targets.device_model import esp32_c_latency        # the model bench uses too
+    e = esp32_c_latency(pname, float(clock), fsource("clock_hz"), n_instructions)
+    lat = e["value"]
+    rep.add("latency_s", lat, "s", "estimated", e["source"])
     power = get("active_power_w")
     if power:
         rep.add("energy_j", lat * float(power), "J", "estimated",

@@ -192,7 +192,7 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
         raise TargetError("generated text C differs from the NumPy reference on the host: %s" % host["builds"])
     if opts["firmware"]:
         from .textfw import assemble_text
-        fw = assemble_text(q, prefix, out, prompts[:4], ints[:4])
+        fw = assemble_text(q, prefix, out, prompts[:4], ints[:4], chip=prof.get("name", "esp32s3"))
         rep.sections["firmware"] = fw
     else:
         files = write_c(q, out / "text_c", prefix)
@@ -258,7 +258,7 @@ def _rv32_stage(rep, q, prefix, prompts, prof, opts, arena):
                 "arena %d + measured rv32 stack %d" % (arena, r["stack_bytes"]))
         n_dec = r["decode_tokens_per_answer"]
         est = {}
-        for tname in ESTIMATE_TARGETS:
+        for tname in sorted(ESTIMATE_TARGETS, key=lambda t: t != prof.get("name")):     # the chip asked for first
             tp = load_profile(tname)
             mems = ["flash"] + (["psram"] if _fig(tp, "psram_read_bytes_per_s")[0] else [])
             for mem in mems:

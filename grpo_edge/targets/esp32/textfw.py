@@ -45,8 +45,9 @@ def model_header(prefix, n) -> str:
             "#endif\n" % {"p": p, "P": P, "n": n})
 
 
-def assemble_text(q, prefix, out_dir, prompts, answers) -> dict:
-    """Write out_dir/firmware; test vectors = (prompt, the integer reference's answer) pairs."""
+def assemble_text(q, prefix, out_dir, prompts, answers, chip="esp32s3") -> dict:
+    """Write out_dir/firmware for `chip` (the ESP-IDF target: esp32, esp32s3, esp32c3); test vectors =
+    (prompt, the integer reference's answer) pairs."""
     if len(prompts) != len(answers) or not prompts:
         raise TargetError("the text firmware needs at least one test vector (prompt + expected answer)")
     fw = Path(out_dir) / "firmware"
@@ -70,12 +71,12 @@ def assemble_text(q, prefix, out_dir, prompts, answers) -> dict:
         "\"%s_testvec.c\"\n                       INCLUDE_DIRS \".\"\n                       REQUIRES esp_timer)\n"
         "target_compile_options(${COMPONENT_LIB} PRIVATE -O2)\n" % (prefix, prefix)))
     atomic_write_text(fw / "CMakeLists.txt", (
-        "# grpo-edge text firmware (ESP-IDF >= 5.0): cd firmware && idf.py set-target esp32s3 && idf.py build flash "
+        "# grpo-edge text firmware (ESP-IDF >= 5.0): cd firmware && idf.py set-target %s && idf.py build flash "
         "monitor\ncmake_minimum_required(VERSION 3.16)\ninclude($ENV{IDF_PATH}/tools/cmake/project.cmake)\n"
-        "project(grpo_edge_text)\n"))
+        "project(grpo_edge_text)\n" % chip))
     atomic_write_text(fw / "sdkconfig.defaults", SDKCONFIG)
     return {"dir": str(fw), "model_source": str(files["source"]), "test_vectors": len(prompts),
-            "build": "cd %s && idf.py set-target esp32s3 && idf.py build flash monitor" % fw,
+            "build": "cd %s && idf.py set-target %s && idf.py build flash monitor" % (fw, chip),
             "host_build": "gcc -std=c99 -O2 -I main main/text_app.c main/%s_text.c main/%s_testvec.c host/host_main.c"
                           % (prefix, prefix)}
 
