@@ -9,7 +9,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 HOW = ("measured-host", "measured-device", "estimated", "exact")
 
@@ -36,6 +36,13 @@ class Figure:
         return "%s %s (%s)" % (v, self.unit, label) if self.unit else "%s (%s)" % (v, label)
 
 
+# The figures a console summary shows first, when a report has them (every target's most telling ones).
+KEY_FIGURES = ("host_bit_exact", "rv32_bit_exact", "decision_agreement_fp32", "task_metric_integer",
+               "int8_metric_retention", "completions_identical_to_fp32", "sim_fp32_max_abs_diff", "flash_bytes",
+               "ram_bytes", "arena_bytes", "latency_s", "host_latency_fp32_s", "host_latency_int8_s",
+               "device_latency_fp32_s", "device_latency_int8_s")
+
+
 @dataclass
 class Report:
     title: str
@@ -43,6 +50,7 @@ class Report:
     figures: Dict[str, Figure] = field(default_factory=dict)
     sections: Dict[str, Any] = field(default_factory=dict)   # free-form structured detail (tables, checks)
     notes: List[str] = field(default_factory=list)          # methods, assumptions, sources
+    warnings: List[str] = field(default_factory=list)       # a goal missed: on top of the report and the console
 
     def add(self, key: str, value, unit: str = "", how: str = "measured-host", source: str = "") -> Figure:
         f = Figure(value, unit, how, source)
@@ -50,7 +58,7 @@ class Report:
         return f
 
     def to_dict(self) -> dict:
-        return {"title": self.title, "target": self.target,
+        return {"title": self.title, "target": self.target, "warnings": self.warnings,
                 "figures": {k: asdict(v) for k, v in self.figures.items()},
                 "sections": self.sections, "notes": self.notes}
 
@@ -58,6 +66,8 @@ class Report:
         lines = ["# %s" % self.title, ""]
         if self.target:
             lines += ["Target: `%s`" % self.target, ""]
+        if self.warnings:
+            lines += ["## Warnings", ""] + ["- %s" % w for w in self.warnings] + [""]
         if self.figures:
             lines += ["| figure | value | how obtained | source |", "|---|---|---|---|"]
             for k, f in self.figures.items():
@@ -69,6 +79,17 @@ class Report:
             lines += [_section_markdown(body), ""]
         if self.notes:
             lines += ["## Notes", ""] + ["- %s" % n for n in self.notes] + [""]
+        return "\n".join(lines)
+
+    def summary(self, out_dir, keys=KEY_FIGURES, most: int = 8) -> str:
+        """A few lines for the console: what was built and where, the key figures (each with how it was
+        obtained), the warnings; the whole report is out_dir/report.md."""
+        out = Path(out_dir)
+        lines = ["%s -> %s/" % (self.title, out)]
+        shown = [k for k in keys if k in self.figures][:most]
+        lines += ["  %s: %s" % (k, self.figures[k].text()) for k in shown]
+        lines += ["  warning: %s" % w for w in self.warnings]
+        lines.append("full report: %s (%d figures)" % (out / "report.md", len(self.figures)))
         return "\n".join(lines)
 
     def write(self, out_dir, stem: str = "report") -> Path:

@@ -3,6 +3,7 @@ calibration, the measured int8-or-16x8 choice, generated C checked on the host, 
 import json
 
 import pytest
+from conftest import cli_in
 from session_cache import checkpoint as cached_checkpoint
 from typer.testing import CliRunner
 
@@ -74,3 +75,22 @@ def test_fp32_onnx_with_calibration_deploys(tmp_path):
     q = rep["sections"]["quantization"]
     chosen = next(c for c in q["candidates"] if c["activations"] == q["chosen"])
     assert chosen["agreement_calibration"] >= 0.98
+
+
+def test_deploy_prints_a_short_summary_and_points_to_the_report(tmp_path):
+    """The console gets what was built and where, the key figures with how each was obtained, and the way
+    to the whole report; a warning (a goal missed) goes on top of report.md and to stderr."""
+    from grpo_edge.report import Report
+    r = cli_in(tmp_path, "deploy", "--target", "esp32c3", "--checkpoint", cached_checkpoint("cartpole"), "--out",
+               tmp_path / "esp", "--option", "callgrind=false", "--option", "tflm=false")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) <= 12 and lines[0].endswith("esp/") and lines[-1].startswith("full report: ")
+    assert any(l.strip().startswith("host_bit_exact: True") for l in lines)
+    assert any("latency_s" in l and "ESTIMATE" in l for l in lines)
+    assert lines[0].startswith("ESP32 deploy: cartpole.pt ->")          # the source checkpoint, not a file made from it
+    rep_json = json.loads((tmp_path / "esp" / "report.json").read_text())
+    assert rep_json["sections"]["source"].endswith("cartpole.pt") and not rep_json["sections"]["source"].startswith("/")
+    rep = Report(title="t", warnings=["int8 keeps 0.984 of the return (goal 0.99)"])
+    assert "  warning: int8 keeps 0.984" in rep.summary(tmp_path)
+    assert rep.to_markdown().index("## Warnings") < rep.to_markdown().index("0.984") and rep.to_dict()["warnings"]

@@ -80,12 +80,13 @@ def deploy(
             raise GrpoEdgeError("--activations applies to the esp32 targets (got --target %s)" % target)
         opts["activations"] = activations
     report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts, force=force)
-    typer.echo(report.to_markdown() if report is not None else "done")
+    typer.echo(report.summary(out) if report is not None else "done")
+    for w in getattr(report, "warnings", None) or []:
+        typer.echo("warning: %s" % w, err=True)
     kept = getattr(report, "kept", None)
     if kept:
         typer.echo("kept %d file%s you edited in %s; the new version is next to each as NAME.new: %s"
                    % (len(kept), "s" if len(kept) > 1 else "", out, ", ".join(kept)))
-    typer.echo("report: %s" % (Path(out) / "report.md"))
 
 
 def option2kv(item: str):

@@ -58,6 +58,7 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
                                  action_range(model))
     options.setdefault("fp32_onnx", str(fp32))
+    options.setdefault("source", str(source))
     from grpo_edge.tasks import task_slug
     options.setdefault("prefix", task_slug(state))
     options.setdefault("quantization", choice)
@@ -97,6 +98,7 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     # action column then always agrees; deploy it from its checkpoint for the action-error figures)
     choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
     options.setdefault("fp32_onnx", str(fp32))
+    options.setdefault("source", str(source))
     options.setdefault("prefix", default_prefix(source))
     options.setdefault("quantization", choice)
     x = _single_input(data)

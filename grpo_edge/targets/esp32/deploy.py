@@ -26,7 +26,7 @@ CODE_PER_OP = 400                    # bytes of rv32 code per generated op (obse
 
 DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
             "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None,
-            "quantization": None, "task": None, "profile": True}
+            "quantization": None, "task": None, "profile": True, "source": None}
 
 
 def _profile(profile):
@@ -114,7 +114,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     fit = fit_check(graph, gen.plan, profile)       # too big -> TargetError, nothing written
 
     out = Path(out_dir)
-    rep = Report(title="ESP32 deploy: %s" % src.name, target=pname)
+    rep = Report(title="ESP32 deploy: %s" % Path(opts["source"] or src).name, target=pname)
+    rep.sections["source"] = os.path.relpath(str(Path(opts["source"] or src).resolve()), str(out.resolve()))
     _describe_model(graph, gen, fit, opts["quantization"], rep)
     rng = np.random.default_rng(opts["seed"])
     tin = graph.tensors[graph.input]

@@ -173,7 +173,12 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     # Control and image (bandit) tasks score a policy by calling it; text tasks need generate().
     if (task is not None and getattr(task, "kind", "") in ("control", "bandit") and len(graphs) == 1
             and plan.options.get("evaluate", True) and plan.precision != "fp32"):
-        rep.sections["task metric (host simulation)"] = _metric_rows(task, done[0].sims)
+        rows = _metric_rows(task, done[0].sims)
+        rep.sections["task metric (host simulation)"] = rows
+        rep.warnings += ["the %s engine keeps %.3f of the fp32 %s (%g vs %g; goal 0.99): check it on the device, "
+                         "or deploy at another --precision" % (r["engine"], r["kept_vs_fp32"], task.metric_name,
+                                                                r[task.metric_name], rows[0][task.metric_name])
+                         for r in rows if not r["meets_99pct"]]
     notes = [n for g in done for n in g.notes] + _precision_notes(plan)
     cfg = _write_config(source, graphs[0][1], [g.entry for g in done], plan, notes, out)
     _describe(export_info, notes, out, rep)
