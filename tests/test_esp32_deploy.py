@@ -167,3 +167,20 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(GrpoEdgeError):
         esp32.deploy(resnet, "no-such-chip", tmp_path / "o", SMALL)
     assert not (tmp_path / "o").exists()
+
+
+def test_docs_list_every_option_of_every_target_family():
+    """docs/deploy.md names every `--option` key of the ESP32 and Jetson families, docs/rpi.md the Pi's."""
+    import importlib
+    import re
+    from pathlib import Path
+    esp32, rpi, jetson = (importlib.import_module("grpo_edge.targets." + m) for m in ("esp32", "rpi", "jetson.deploy"))
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    deploy_md, rpi_md = (docs / "deploy.md").read_text(), (docs / "rpi.md").read_text()
+
+    def keys(text, start):
+        table = text.split(start, 1)[1].split("\n\n|", 1)[1].split("\n\n", 1)[0]
+        return {k for row in table.splitlines()[2:] for k in re.findall(r"[a-z_0-9]+", row.split("|")[1])}
+    assert set(esp32.OPTIONS) <= keys(deploy_md, "ESP32 (`esp32`"), set(esp32.OPTIONS) - keys(deploy_md, "ESP32 (`esp32`")
+    assert set(jetson.OPTIONS) <= keys(deploy_md, "Jetson (`jetson-nano`"), set(jetson.OPTIONS) - keys(deploy_md, "Jetson")
+    assert set(rpi.OPTIONS) <= keys(rpi_md, "## Options")

@@ -94,8 +94,24 @@ def test_flash_command_from_flasher_args(tmp_path):
 
 
 def test_flash_without_build_says_what_to_do(tmp_path):
+    (tmp_path / "firmware").mkdir()
     with pytest.raises(TargetError, match="idf.py build"):
         F.flash(tmp_path, "/dev/ttyUSB0")
+
+
+def test_flash_of_another_targets_folder_says_what_to_do_with_it(tmp_path):
+    """A Pi folder (its report names rpi4) is not an ESP32 firmware: one line pointing to its README, not
+    to idf.py; an empty folder is not a deploy folder."""
+    import json
+    pi = tmp_path / "pi"
+    pi.mkdir()
+    (pi / "report.json").write_text(json.dumps({"target": "rpi4"}))
+    with pytest.raises(TargetError, match="is a rpi4 deploy folder: `grpo-edge flash` takes an ESP32 one; copy it "
+                                          "to the Pi and follow its README.md"):
+        F.flash(pi, "/dev/ttyUSB0")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TargetError, match="not an ESP32 deploy folder"):
+        F.flash(tmp_path / "empty", "/dev/ttyUSB0")
 
 
 def test_flash_with_real_esptool_and_missing_port(tmp_path):

@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-/* Provided by the platform (main.c on ESP-IDF, host/platform_host.c on a PC). */
+/* Provided by the platform (main.c on ESP-IDF, host/host_main.c on a PC). */
 void grpo_platform_write(const char *line);
 int64_t grpo_platform_time_us(void);
 

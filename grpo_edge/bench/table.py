@@ -1,6 +1,6 @@
 """`grpo-edge bench`: one checkpoint, every format, side by side (Markdown + JSON + PNG).
 
-    rows = run_bench("runs/cartpole/checkpoint.pt", "out/bench", targets=("rpi4", "rpi5", "esp32s3"))
+    rows = run_bench("runs/cartpole/best.pt", "out/bench", targets=("rpi4", "rpi5", "esp32s3"))
 
 Rows: torch, onnx fp32, onnx int8, tflite fp32, tflite int8 (+ extra_rows, e.g. a target's artifact).
 Columns: size (exact), the task's own metric (measured on this host), host latency (measured on this

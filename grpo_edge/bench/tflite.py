@@ -4,7 +4,7 @@
     info = onnx2tflite("model.int8.onnx", "model.int8.tflite")   # int8, the SAME parameters as our QDQ model
     y = run_tflite("model.int8.tflite", x)
 
-Route (see notes/toolchain-findings.md): the flatbuffer is written with tflite-micro's bundled
+Route: the flatbuffer is written with tflite-micro's bundled
 model_editor (3 MB, no TensorFlow, no torch changes) and run with the ai-edge-litert interpreter
 (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, so the real builtin kernels run, not XNNPACK). The
 int8 file carries the scales / zero points that onnx2int8 chose, so TFLite and our ORT int8 differ only

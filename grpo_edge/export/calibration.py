@@ -1,6 +1,6 @@
 """Calibration sets for int8 quantization: representative model inputs, saved as .npz.
 
-    info = checkpoint2calibration("runs/cartpole/checkpoint.pt", "calib.npz", n=512)
+    info = checkpoint2calibration("runs/cartpole/best.pt", "calib.npz", n=512)
     info = task2calibration("cartpole", "calibration/cartpole.npz", n=512)     # no checkpoint needed
 
 An .npz holds one float32 (or int64) array per model input, named like the ONNX input ("obs", ...),

@@ -1,7 +1,7 @@
 """torch2onnx: export a model's runtime function (its `export_spec()`) to single-file ONNX.
 
     from grpo_edge.core.checkpoint import load_policy
-    model, state = load_policy("runs/cartpole/checkpoint.pt")
+    model, state = load_policy("runs/cartpole/best.pt")
     info = torch2onnx(model, "model.onnx")          # {"files": {"model": {...}}, "max_abs_diff": ...}
 
 Exporter choice: the TorchScript-based exporter (`dynamo=False`) at opset 17. It writes one

@@ -1,7 +1,7 @@
 """Raspberry Pi target (rpi4, rpi5): a folder to copy to the Pi, checked on this host first.
 
     from grpo_edge.targets.rpi import deploy
-    report = deploy("runs/cartpole/checkpoint.pt", "rpi4", "out/rpi4", {})
+    report = deploy("runs/cartpole/best.pt", "rpi4", "out/rpi4", {})
 
 DIR gets model.onnx, model.int8.onnx, runner.py (onnxruntime + numpy only), requirements.txt,
 deploy.json (which model was chosen and why), sample inputs/outputs, report.json / report.md.
@@ -125,7 +125,8 @@ def _calibration(source, opts, task, model, inputs):
         calib_src = str(builtin_calibration(opts["task"]))
         calib = load_calibration(calib_src)
     else:
-        raise TargetError("%s: no calibration data: pass options['calibration'] (an .npz/.npy) or a task" % source)
+        raise TargetError("%s: no calibration data: give --calibration (an .npz / .npy of model inputs) or "
+                          "--option task=NAME (its states are the calibration set)" % source)
     if len(inputs) == 1 and len(calib) == 1:
         calib = {inputs[0]["name"]: next(iter(calib.values()))}
     return calib, calib_src

@@ -107,11 +107,33 @@ def flash_command(build_dir, port, baud: int = 460800, python=None) -> list:
     return cmd
 
 
+def _check_esp32_folder(d) -> None:
+    """A folder `flash` can take: an ESP32 deploy folder (its report names an esp32 target), or an ESP-IDF
+    project; another target's folder is one line saying what to do with it instead."""
+    if not d.is_dir():
+        raise TargetError("deploy folder not found: %s" % d)
+    rep = d / "report.json"
+    target = None
+    if rep.is_file():
+        try:
+            target = json.loads(rep.read_text()).get("target")
+        except ValueError:
+            target = None
+    if target and not str(target).startswith("esp32"):
+        how = {"rpi": "copy it to the Pi and follow its README.md", "jetson": "copy it to the Jetson and run "
+               "build_engine.sh there (its README.md)"}
+        raise TargetError("%s is a %s deploy folder: `grpo-edge flash` takes an ESP32 one; %s" % (
+            d, target, next((v for k, v in how.items() if str(target).startswith(k)), "see its report.md")))
+    if not any((d / n).exists() for n in ("firmware", "CMakeLists.txt", "build")):
+        raise TargetError("%s is not an ESP32 deploy folder (no firmware/): deploy with --target esp32* first" % d)
+
+
 def flash(dir, port, baud: int = 460800, monitor_baud: int = 115200, timeout: float = 60.0,  # noqa: A002
           watch: bool = True) -> dict:
     """Flash DIR/firmware/build with esptool, then (watch=True) read the result lines back.
     Adds measured-device figures to DIR/report.json when it exists."""
     d = Path(dir)
+    _check_esp32_folder(d)
     build = d / "firmware" / "build" if (d / "firmware").is_dir() else d / "build"
     cmd = flash_command(build, port, baud)
     r = subprocess.run(cmd, cwd=str(build), capture_output=True, text=True)

@@ -2,7 +2,7 @@
 
 Arithmetic mode (pinned): DOUBLE rounding, i.e. TFLM's default MultiplyByQuantizedMultiplier
 (SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT). TFLITE_SINGLE_ROUNDING is not used.
-See /work/shared/notes/int8-arithmetic.md and docs/esp32.md for the rules and their sources.
+docs/esp32.md lists the rules and their sources (TFLite's reference kernels).
 
 Every kernel takes a batch: activations are int8 arrays whose first axis is the batch (B, ...),
 in the ONNX layout (NCHW for images). Accumulators are computed in int64 and checked to fit int32,

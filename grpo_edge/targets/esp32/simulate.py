@@ -2,7 +2,7 @@
 NumPy reference (bit for bit) and with onnxruntime's QDQ run (within 1 LSB per op).
 
 onnxruntime is run with graph optimizations DISABLED: its fused int8 kernels lose accuracy on CPUs
-without VNNI (see notes/toolchain-findings.md), and unfused QDQ is the model's own definition.
+without VNNI, and unfused QDQ is the model's own definition.
 """
 import subprocess
 import tempfile

@@ -29,7 +29,7 @@ from . import callgrind as CG
 INVOKE = "tflite::micro::MicroInterpreter::Invoke()"
 INVOKE_GLOB = "*MicroInterpreter::Invoke*"
 KERNEL_SIGNATURE = "(tflite::micro::TfLiteContext*, tflite::micro::TfLiteNode*)"   # every op kernel's Eval
-TFLM_RUNTIME_FLASH = (10_000, 20_000)    # bytes: TFLM framework code, public figure (notes/anchors.md)
+TFLM_RUNTIME_FLASH = (10_000, 20_000)    # bytes: TFLM framework code, public figure (TFLM's documented core size)
 REASON_ARGMAX16 = ("TFLM's ARG_MAX takes float32/int8 only (arg_min_max.cc fails at Invoke on INT16), "
                    "so a 16x8 graph ending in argmax has no TFLM equivalent")
 REASON_TANH = ("TFLM computes int8 TANH/LOGISTIC with gemmlowp fixed-point at fixed output scales "

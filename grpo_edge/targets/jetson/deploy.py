@@ -1,7 +1,7 @@
 """deploy(source, profile, out_dir, options) -> Report for jetson-nano and jetson-orin-nano.
 
     from grpo_edge.targets.jetson import deploy
-    report = deploy("runs/cartpole/checkpoint.pt", "jetson-nano", "out/nano", {"precision": "int8"})
+    report = deploy("runs/cartpole/best.pt", "jetson-nano", "out/nano", {"precision": "int8"})
 
 options: precision fp32|fp16|int8 (default fp16); trt_version (default: the profile's runtime line);
 calibration (array, {input: array}, or .npy/.npz path; default: the checkpoint's task); calib_samples

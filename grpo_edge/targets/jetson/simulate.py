@@ -8,7 +8,7 @@
 - int8, TensorRT 8 (cache): quantize.fake_quant_model with the scales read back from the written cache.
 - int8, TensorRT 10 (Q/DQ): the Q/DQ ONNX itself.
 All run with graph optimizations off, so onnxruntime executes exactly the ops the graph describes
-(its fused int8 kernels would add their own rounding; see notes/toolchain-findings.md).
+(its fused int8 kernels would add their own rounding).
 """
 from typing import Dict, List
 
