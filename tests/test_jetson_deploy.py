@@ -3,6 +3,7 @@ simulated numerics, estimates. The TensorRT build/run path needs tensorrt + CUDA
 import json
 import os
 import py_compile
+import re
 import shutil
 import subprocess
 import sys
@@ -187,3 +188,61 @@ def test_deploy_int8_nano_from_calibration_file(tiny_onnx, tmp_path):
     assert rep.sections["calibration"][0]["method"] == "percentile"
     assert any("no fast int8" in n for n in rep.notes)
     assert "--workspace=256" in (tmp_path / "nano" / "build_engine.sh").read_text()
+
+
+@pytest.mark.parametrize("kind", ["arithmetic", "zh-en-numbers"])
+def test_text_kit_profile_spans_the_decode_loop(kind, tmp_path):
+    """A text model's optimisation profile follows its decode loop: micro-gpt's cache from 0 (the first
+    step has none) to the last step of prompt + answer, within max_len; tiny-transformer's source at the
+    prompt length and its decoder prefix from BOS to BOS + the answer (issue 29: it started at 1 and went to 64)."""
+    from grpo_edge.core.checkpoint import load_policy
+    from grpo_edge.export.decode_calibration import text_config
+    ckpt = str(session_cache.text_checkpoint(kind))
+    deploy(ckpt, "jetson-orin-nano", str(tmp_path / "kit"), {"precision": "fp16", "evaluate": False})
+    c = text_config(load_policy(ckpt)[1])
+    cfg = json.loads((tmp_path / "kit" / "deploy.json").read_text())
+    dims = {(g["name"], i["name"]): i for g in cfg["graphs"] for i in g["inputs"]}
+    sh = (tmp_path / "kit" / "build_engine.sh").read_text()
+    if kind == "arithmetic":
+        past = dims[("model", "past_keys")]
+        last = min(c["max_len"], c["input_len"] + c["max_new_tokens"]) - 1
+        assert past["min"][3] == 0 and past["max"][3] == last <= c["max_len"] - 1
+        assert "past_keys:%s" % "x".join(map(str, past["min"])) in sh
+    else:
+        src, tgt = dims[("decoder_step", "src")], dims[("decoder_step", "tgt_prefix")]
+        assert src["min"][1] == src["max"][1] == c["input_len"]
+        assert tgt["min"][1] == 1 and tgt["max"][1] == min(c["max_len"], c["max_new_tokens"] + 1)
+    _check_text_decode_loop(tmp_path / "kit", capsys=None)
+
+
+class _OrtStandIn(object):
+    """TensorRT cannot be installed here: this runs the engine's ONNX graph (model.fp16.engine ->
+    model.onnx) in onnxruntime behind run_engine.Engine's interface (inputs, __call__ -> {name: array}), so the
+    kit's decode loop, its engine plumbing and its --check run for real up to the engine itself."""
+
+    def __init__(self, engine_path):
+        import onnxruntime as ort
+        self.sess = ort.InferenceSession(re.sub(r"\.\w+\.engine$", ".onnx", engine_path),
+                                         providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.sess.get_inputs()]
+        self.outputs = [o.name for o in self.sess.get_outputs()]
+
+    def __call__(self, feed):
+        return dict(zip(self.outputs, self.sess.run(None, feed)))
+
+
+def _check_text_decode_loop(kit, capsys=None):
+    """The kit has the decode loop (textgen.py, tokenizer.json, golden prompts); run_engine.py --prompts
+    prompts.txt --check through the engines' graphs completes them as the checkpoint did; README says how."""
+    import contextlib
+    import io
+    from grpo_edge.runtime import run_engine
+    for name in ("textgen.py", "char_tokenizer.py", "tokenizer.json", "prompts.txt", "expected_completions.json"):
+        assert (kit / name).is_file(), name
+    assert "run_engine.py --prompts prompts.txt --check" in (kit / "README.md").read_text()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = run_engine.main(["--config", str(kit / "deploy.json"), "--prompts", str(kit / "prompts.txt"),
+                                "--check", "--min-agreement", "1.0"], engine_cls=_OrtStandIn)
+    res = json.loads(buf.getvalue())
+    assert code == 0 and res["agreement_with_checkpoint"] == 1.0 and len(res["completions"]) >= 8

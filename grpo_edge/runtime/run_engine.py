@@ -3,6 +3,8 @@
 
     python3 run_engine.py                         # every graph of deploy.json at its precision
     python3 run_engine.py --iters 1000 --no-tegrastats
+    python3 run_engine.py --text "12+7="          # a text model: greedy completion through the engines
+    python3 run_engine.py --prompts prompts.txt --check   # vs expected_completions.json (the checkpoint's)
 
 Buffers and the CUDA stream come from torch (installed anyway for training on the device: JetPack 4.6's
 NVIDIA wheel is torch 1.10; JetPack 6 ships torch 2.x); no pycuda / cuda-python needed.
@@ -145,18 +147,66 @@ def actions(outputs, n=8):
     return None
 
 
-def main(argv=None):
+def text_functions(cfg, folder, precision, engine_cls=None):
+    """{part: fn(feed) -> [outputs in the ONNX model's order]} over the kit's engines: the functions the
+    decode loop (textgen.TextGenerator, shipped next to this file) calls at each step."""
+    engine_cls = engine_cls or Engine
+    fns = {}
+    for g in cfg["graphs"]:
+        eng = engine_cls(os.path.join(folder, g["engine"].replace("{precision}", precision)))
+
+        def run(feed, eng=eng, order=g["outputs"]):
+            got = eng(dict((k, v) for k, v in feed.items() if k in eng.inputs))
+            return [got[n] for n in order]
+        fns[g["name"]] = run
+    return fns
+
+
+def run_text(a, cfg, folder, precision, engine_cls=None):
+    """--text / --prompts: greedy completions through the engines; --check: the share equal to
+    expected_completions.json (the checkpoint's own). Prints JSON; exit 1 if --check finds fewer than
+    --min-agreement."""
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import textgen
+    gen = textgen.TextGenerator(textgen.load_text_config(folder), text_functions(cfg, folder, precision, engine_cls))
+    prompts = list(a.text or [])
+    if a.prompts:
+        with open(a.prompts, encoding="utf-8") as f:
+            prompts += [line.rstrip("\r\n") for line in f if line.strip()]
+    res = {"precision": precision, "prompts": prompts, "completions": gen.complete(prompts)}
+    code = 0
+    if a.check:
+        with open(os.path.join(folder, "expected_completions.json"), encoding="utf-8") as f:
+            golden = json.load(f)
+        exp = dict(zip(golden["prompts"], golden["completions"]))
+        same = [exp[p] == c for p, c in zip(prompts, res["completions"]) if p in exp]
+        res["agreement_with_checkpoint"] = sum(same) / float(max(len(same), 1))
+        code = 0 if same and res["agreement_with_checkpoint"] >= a.min_agreement else 1
+    print(json.dumps(res, indent=2, ensure_ascii=False))
+    return code
+
+
+def main(argv=None, engine_cls=None):
     import numpy as np
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="deploy.json")
     ap.add_argument("--precision", choices=["fp32", "fp16", "int8"], default=None)
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--no-tegrastats", action="store_true")
+    ap.add_argument("--text", action="append", help="a text model: a prompt to complete (repeatable)")
+    ap.add_argument("--prompts", default=None, help="a text model: a file with one prompt per line")
+    ap.add_argument("--check", action="store_true", help="a text model: compare with expected_completions.json")
+    ap.add_argument("--min-agreement", type=float, default=0.9, help="--check: the share that must match")
     a = ap.parse_args(argv)
     folder = os.path.dirname(os.path.abspath(a.config))
     with open(a.config) as f:
         cfg = json.load(f)
     precision = a.precision or cfg["precision"]
+    if a.text or a.prompts:
+        if not cfg.get("text"):
+            raise SystemExit("run_engine: --text / --prompts need a text model's kit (this one has no tokenizer.json)")
+        return run_text(a, cfg, folder, precision, engine_cls)
     for g in cfg["graphs"]:
         path = os.path.join(folder, g["engine"].replace("{precision}", precision))
         engine = Engine(path)

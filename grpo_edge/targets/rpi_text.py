@@ -76,13 +76,20 @@ def _export(model, cfg, out, rep) -> dict:
 def _write_folder(model, task, cfg, out, opts) -> _HeldOut:
     """The folder a user copies to the Pi: tokenizer, runtime files, held-out prompts and torch's greedy
     completions of them (what the runner must reproduce)."""
+    runtime.ship(out, TEXT_RUNTIME)
+    atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
+    return write_golden_prompts(model, task, cfg, out, opts["eval_n"])
+
+
+def write_golden_prompts(model, task, cfg, out, n) -> _HeldOut:
+    """tokenizer.json (cfg, with an example prompt), prompts.txt (n held-out prompts of the task) and
+    expected_completions.json (the checkpoint's greedy completions of them): what a device's decode loop is
+    checked against (the Pi folder, the Jetson kit)."""
     from grpo_edge.export.evaluate import eval_problems
-    problems = eval_problems(task, opts["eval_n"])
+    problems = eval_problems(task, n)
     prompts = [p for p, _ in problems]
     cfg["example_prompt"] = prompts[0]
     atomic_write_text(out / "tokenizer.json", json.dumps(cfg, indent=2, ensure_ascii=False))
-    runtime.ship(out, TEXT_RUNTIME)
-    atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
     atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
     expected = task.greedy_completions(model, prompts)
     atomic_write_text(out / "expected_completions.json", json.dumps(

@@ -92,6 +92,7 @@ def readme(cfg: dict, stamp: str, notes: List[str]) -> str:
         "`results.<graph>.<precision>.json` (median/p90 latency, mean board power, energy per inference).",
         "Engines are tied to the TensorRT version and the GPU: build them on the board that runs them.",
         "",
+    ] + _text_usage(cfg) + [
         "## Files",
         "",
         "| file | what |",
@@ -107,6 +108,21 @@ def readme(cfg: dict, stamp: str, notes: List[str]) -> str:
         "",
     ] + ["- %s" % n for n in notes]
     return "\n".join(body) + "\n"
+
+
+def _text_usage(cfg) -> List[str]:
+    """A text model's kit: the decode loop through the engines (run_engine.py --text, textgen.py)."""
+    if not cfg.get("text"):
+        return []
+    return ["## Text: greedy completions through the engines", "",
+            "```bash",
+            "python3 run_engine.py --text \"%s\"" % (cfg["text"].get("example_prompt") or "PROMPT"),
+            "python3 run_engine.py --prompts prompts.txt --check   # vs expected_completions.json",
+            "```", "",
+            "The decode loop is `textgen.py` (the Pi runner's): each step calls the engines of `deploy.json`'s graphs "
+            "(%s); `tokenizer.json` holds the characters and lengths. The optimisation profile spans the loop's "
+            "lengths (build_engine.sh). `--check` compares with the checkpoint's own completions of prompts.txt "
+            "and exits 1 below `--min-agreement` (0.9)." % ", ".join(g["name"] for g in cfg["graphs"]), ""]
 
 
 def write_scripts(out_dir, cfg: dict, stamp: str, notes: List[str]) -> List[str]:
