@@ -1,6 +1,7 @@
 """`grpo-edge deploy --target esp32*` from a checkpoint, end to end through the real CLI: export,
 calibration, the measured int8-or-16x8 choice, generated C checked on the host, the report."""
 import json
+import subprocess
 
 import pytest
 from conftest import cli_in
@@ -91,6 +92,12 @@ def test_deploy_prints_a_short_summary_and_points_to_the_report(tmp_path):
     assert lines[0].startswith("ESP32 deploy: cartpole.pt ->")          # the source checkpoint, not a file made from it
     rep_json = json.loads((tmp_path / "esp" / "report.json").read_text())
     assert rep_json["sections"]["source"].endswith("cartpole.pt") and not rep_json["sections"]["source"].startswith("/")
+    readme = (tmp_path / "esp" / "README.md").read_text()           # the folder's README, its host check run
+    assert "idf.py set-target esp32c3" in readme and "## In and out" in readme and "ESTIMATE" in readme
+    block = readme.split("## Check the generated C on this PC", 1)[1].split("```")[1].strip().splitlines()
+    run = subprocess.run(["bash", "-c", " && ".join(block)], cwd=str(tmp_path / "esp"), capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0 and "status=OK" in run.stdout, run.stdout + run.stderr
     rep = Report(title="t", warnings=["int8 keeps 0.984 of the return (goal 0.99)"])
     assert "  warning: int8 keeps 0.984" in rep.summary(tmp_path)
     assert rep.to_markdown().index("## Warnings") < rep.to_markdown().index("0.984") and rep.to_dict()["warnings"]

@@ -22,7 +22,7 @@ def esp32_c_latency(name, clock_hz, clock_source, rv32_instructions) -> dict:
     """The generated int8 C on the ESP32 chip `name` at clock_hz: {"value": seconds, "source"}."""
     from grpo_edge.targets.esp32.rv32 import CPI_RV32 as cpi
     value = float(rv32_instructions) * cpi / float(clock_hz)
-    src = ("generated int8 C, plain C (no ESP-NN): %d rv32imc instructions x CPI %.1f (assumed) / %s clock %.0f MHz"
+    src = ("the generated C (int8 weights), plain C with no ESP-NN: %d rv32imc instructions x CPI %.1f (assumed) / %s clock %.0f MHz"
            % (int(rv32_instructions), cpi, name, float(clock_hz) / 1e6))
     if name != "esp32c3":
         src += "; Xtensa assumed to need the same instruction count as rv32imc (no Xtensa compiler here)"
@@ -44,7 +44,7 @@ def format_estimate(profile, fmt, macs, calls=None, rv32_instructions=None, onnx
                 return None
             lat = esp32_c_latency(profile["name"], figure(profile, "clock_hz"), figure_source(profile, "clock_hz"),
                                   rv32_instructions)
-            return _with_energy(profile, lat["value"], "generated int8 C (plain C, no ESP-NN)", lat["source"])
+            return _with_energy(profile, lat["value"], "the generated C (plain C, no ESP-NN)", lat["source"])
         code = ("TFLite Micro int8 kernels (ESP-NN where the chip has it: the profile's cycles per MAC)"
                 if dtype == "int8" else "TFLite Micro float kernels")
         return _macs_model(profile, macs, calls, dtype, code)

@@ -141,6 +141,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                                 "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
                                          % (fw["dir"], pname if pname.startswith("esp32") else "esp32"),
                                 "flash": "grpo-edge flash %s --port PORT" % out}
+    from .readme import write_readme
+    write_readme(out, graph, prefix, pname if pname.startswith("esp32") else "esp32", rep)
     rep.write(out)
     return rep
 
