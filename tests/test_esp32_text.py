@@ -4,6 +4,7 @@ Real compilers and simulators: gcc (and ASan/UBSan when libasan links), riscv64-
 for rv32 (skipped with the reason when missing). Models are tiny (text_fixtures, or untrained ones built here).
 """
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -81,6 +82,12 @@ def test_other_micro_gpt_shape_is_bit_exact_on_host_and_rv32(tmp_path):
     # the firmware is built for the chip asked for (issue 29: it said esp32s3 for every chip)
     assert "idf.py set-target esp32c3" in (fw / "CMakeLists.txt").read_text()
     assert "set-target esp32c3" in rep.sections["firmware"]["build"] and "esp32s3" not in rep.sections["firmware"]["build"]
+    readme = (tmp_path / "c3" / "README.md").read_text()        # the folder's README: its host check runs
+    assert "idf.py set-target esp32c3" in readme and "ESTIMATE" in readme
+    block = readme.split("## Check the generated C on this PC", 1)[1].split("```")[1].strip().splitlines()
+    run = subprocess.run(["bash", "-c", " && ".join(block)], cwd=str(tmp_path / "c3"), capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0 and "status=OK" in run.stdout, run.stdout + run.stderr
 
 
 def test_device_side_checks_never_write_out_of_bounds():

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -201,6 +203,7 @@ def test_text_kit_profile_spans_the_decode_loop(kind, tmp_path):
     deploy(ckpt, "jetson-orin-nano", str(tmp_path / "kit"), {"precision": "fp16", "evaluate": False})
     c = text_config(load_policy(ckpt)[1])
     cfg = json.loads((tmp_path / "kit" / "deploy.json").read_text())
+    assert not os.path.isabs(cfg["source"]) and (tmp_path / "kit" / cfg["source"]).resolve() == Path(ckpt).resolve()
     dims = {(g["name"], i["name"]): i for g in cfg["graphs"] for i in g["inputs"]}
     sh = (tmp_path / "kit" / "build_engine.sh").read_text()
     if kind == "arithmetic":

@@ -280,6 +280,9 @@ def test_digits_folder_says_how_to_prepare_raw_pixels(tmp_path):
     r = _run(out, ["-c", NO_TORCH, "--model", "model.onnx", "--input", "scaled.npy", "--json"])
     assert r.returncode == 0, r.stderr
     assert np.mean(np.asarray(json.loads(r.stdout)["actions"]) == d.target[:200]) > 0.8
+    readme = (out / "README.md").read_text()                      # its README says so, and runs as it says
+    assert "(N, 1, 8, 8)" in readme and "divided by 16" in readme and "the action to take (0 .. 9)" in readme
+    run_readme(out)
 
 
 def readme_commands(text):

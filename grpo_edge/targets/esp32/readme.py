@@ -58,3 +58,27 @@ def write_readme(out, graph, prefix, chip, rep) -> None:
         "| report.md, report.json | checks, sizes, estimates |",
         "| MANIFEST.sha256 | the digest of every file deploy wrote |", ""])
     atomic_write_text(Path(out) / "README.md", text)
+
+
+def write_text_readme(out, prefix, chip, rep, fw) -> None:
+    """README.md of an ESP32 text deploy folder: the firmware's host check, build / flash, the decode API,
+    the answer-time estimates."""
+    est = ["- %s: %.3g s (%s)" % (k, f.value, f.source) for k, f in rep.figures.items()
+           if k.startswith("answer_time_") and f.how == "estimated"]
+    text = "\n".join([
+        "# %s on the %s" % (rep.title.split(": ", 1)[-1], chip), "",
+        "Made by `grpo-edge deploy --target %s`: a text model's greedy decoder in plain C. `report.md` has every "
+        "figure and how it was obtained." % chip, "",
+        "## Check the generated C on this PC", "", "```", "cd firmware",
+        fw["host_build"] + " -o host_app", "./host_app", "```", "",
+        "The app decodes the %d prompts built into the firmware and prints `GRPO_EDGE text model=%s vectors=%d "
+        "passed=%d status=OK`: the C answers exactly as the NumPy reference did at deploy time."
+        % (fw["test_vectors"], prefix, fw["test_vectors"], fw["test_vectors"]), "",
+        "## Build, flash and watch on the board", "", "```", "cd firmware", "idf.py set-target %s" % chip,
+        "idf.py build flash monitor", "```", "",
+        "## In and out", "",
+        "`firmware/main/%s_text.h` declares the decoder: a prompt of the model's characters in, the greedy answer "
+        "out (prompts.txt holds the prompts deploy checked)." % prefix, "",
+        "## Measure", "",
+        "The firmware prints its timing on the board. Deploy's figures are ESTIMATES:"] + (est or ["- (none)"]) + [""])
+    atomic_write_text(Path(out) / "README.md", text)

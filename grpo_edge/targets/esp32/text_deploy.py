@@ -209,6 +209,9 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
             rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
     rep.sections["timing_host_s"] = round(time.time() - t0, 1)
     atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
+    if opts["firmware"]:
+        from .readme import write_text_readme
+        write_text_readme(out, prefix, prof.get("name", "esp32s3"), rep, rep.sections["firmware"])
     rep.write(out)
     return rep
 

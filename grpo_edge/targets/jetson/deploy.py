@@ -11,6 +11,7 @@ build (build and time engines when tensorrt + CUDA are present, default True).
 """
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,6 +405,7 @@ def _write_config(source, first_graph, cfg_graphs, plan, notes, out, text=None) 
            "runtime": profile.get("runtime", ""), "trt_version": plan.trt_version,
            "cache_trt_version": plan.cache_trt, "precision": plan.precision,
            "model": Path(source).name, "workspace_mb": int(plan.options.get("workspace_mb", 256)),
+           "source": os.path.relpath(str(Path(source).resolve()), str(Path(out).resolve())),
            "graphs": cfg_graphs}
     if text is not None:
         from grpo_edge import runtime
