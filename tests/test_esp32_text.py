@@ -64,6 +64,16 @@ def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
     assert all(a["us_per_answer"] >= a["us_prefill"] for a in got["answers"][:n])
     assert got["answers"][n]["error"].startswith("prompt has a character outside")
     assert got["answers"][n + 1]["error"].startswith("prompt longer than")
+    _run_readme_host_check(out, "esp32s3")
+
+
+def _run_readme_host_check(out, chip):
+    """The folder's README.md: built for `chip`, its host check run as it says (status=OK)."""
+    readme = (out / "README.md").read_text()
+    assert "idf.py set-target %s" % chip in readme and "ESTIMATE" in readme
+    block = readme.split("## Check the generated C on this PC", 1)[1].split("```")[1].strip().splitlines()
+    run = subprocess.run(["bash", "-c", " && ".join(block)], cwd=str(out), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "status=OK" in run.stdout, run.stdout + run.stderr
 
 
 def test_other_micro_gpt_shape_is_bit_exact_on_host_and_rv32(tmp_path):
@@ -82,12 +92,7 @@ def test_other_micro_gpt_shape_is_bit_exact_on_host_and_rv32(tmp_path):
     # the firmware is built for the chip asked for (issue 29: it said esp32s3 for every chip)
     assert "idf.py set-target esp32c3" in (fw / "CMakeLists.txt").read_text()
     assert "set-target esp32c3" in rep.sections["firmware"]["build"] and "esp32s3" not in rep.sections["firmware"]["build"]
-    readme = (tmp_path / "c3" / "README.md").read_text()        # the folder's README: its host check runs
-    assert "idf.py set-target esp32c3" in readme and "ESTIMATE" in readme
-    block = readme.split("## Check the generated C on this PC", 1)[1].split("```")[1].strip().splitlines()
-    run = subprocess.run(["bash", "-c", " && ".join(block)], cwd=str(tmp_path / "c3"), capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0 and "status=OK" in run.stdout, run.stdout + run.stderr
+    _run_readme_host_check(tmp_path / "c3", "esp32c3")
 
 
 def test_device_side_checks_never_write_out_of_bounds():

@@ -208,6 +208,11 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
         else:
             rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
     rep.sections["timing_host_s"] = round(time.time() - t0, 1)
+    return _finish(out, prompts, prefix, prof, opts, rep)
+
+
+def _finish(out, prompts, prefix, prof, opts, rep):
+    """prompts.txt, the folder's README.md (with a firmware) and the report."""
     atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
     if opts["firmware"]:
         from .readme import write_text_readme
