@@ -167,3 +167,33 @@ def test_checkpoint_without_a_known_task(tmp_path):
 def test_io_specs(cartpole_onnx):
     (spec,) = io_specs(load_onnx(cartpole_onnx[0]))
     assert spec == {"name": "obs", "shape": ["batch", 4], "dtype": "float32"}
+
+
+def test_quantize_never_reports_a_degenerate_calibration_as_perfect(cartpole_onnx, tmp_path):
+    """`grpo-edge quantize` (issue 30): agreement measured on held-out samples, or on the task's states with
+    --task; 512 all-zero or all-1e30 calibration samples are warnings, and on real CartPole states their
+    int8 models' agreement is reported with a warning, not as 1.0; the input is never overwritten; a
+    quantized input is one line."""
+    import json
+    from conftest import cli_in
+    cartpole_onnx = cartpole_onnx[0]
+    np.savez(tmp_path / "zeros.npz", obs=np.zeros((512, 4), np.float32))
+    np.savez(tmp_path / "big.npz", obs=np.full((512, 4), 1e30, np.float32))
+    r = cli_in(tmp_path, "quantize", cartpole_onnx, "--calibration", tmp_path / "zeros.npz", "--out", tmp_path / "z.onnx")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["evaluated_on"].startswith("102 held-out samples of") and "not used to calibrate" in info["evaluated_on"]
+    assert "input 'obs' is constant (every value 0)" in r.stderr
+    for calib, more in (("zeros.npz", "constant"), ("big.npz", "reaches 1e+30")):
+        r = cli_in(tmp_path, "quantize", cartpole_onnx, "--calibration", tmp_path / calib, "--out", tmp_path / "q.onnx",
+                   "--task", "cartpole")
+        info = json.loads(r.stdout)
+        agree = info["errors"]["reference"]["argmax_agreement_clear"]
+        assert r.returncode == 0 and agree < 0.99 and info["evaluated_on"] == "512 inputs of task cartpole (not the calibration set)"
+        assert more in r.stderr and ("int8 agrees with fp32 on %.1f%% of the decisions" % (100 * agree)) in r.stderr
+    before = Path(cartpole_onnx).read_bytes()
+    r = cli_in(tmp_path, "quantize", cartpole_onnx, "--calibration", tmp_path / "zeros.npz", "--out", cartpole_onnx)
+    assert r.returncode == 2 and "is the input model" in r.stderr and Path(cartpole_onnx).read_bytes() == before
+    r = cli_in(tmp_path, "quantize", tmp_path / "q.onnx", "--calibration", tmp_path / "zeros.npz", "--out", tmp_path / "qq.onnx")
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.startswith("error")]
+    assert r.returncode == 2 and len(lines) == 1 and "is already quantized" in lines[0] and not (tmp_path / "qq.onnx").exists()

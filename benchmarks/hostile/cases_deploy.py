@@ -80,6 +80,11 @@ CASES = [
          expect="error"),
     dict(name="quantize-out-is-folder", setup=[("mkdir", "q.onnx")],
          args=["quantize", "FIX/m.onnx", "--calibration", "FIX/c.npz", "--out", "q.onnx"], expect="error"),
+    # issue 30: quantize never writes over its input, and a quantized input is one line
+    dict(name="quantize-over-its-input", args=["quantize", "FIX/m.onnx", "--calibration", "FIX/c.npz", "--out",
+                                               "FIX/m.onnx"], expect="error", keep=["FIX/m.onnx"]),
+    dict(name="quantize-a-quantized-model", args=["quantize", "FIX/q.onnx", "--calibration", "FIX/c.npz", "--out",
+                                                  "q2.onnx"], expect="error"),
     # --- options ---------------------------------------------------------------------------------------
     dict(name="option-unknown-jetson", args=_deploy("jetson-nano", "--checkpoint", "FIX/cp.pt", "--out", "d",
                                                     "--option", "workspace=512"), expect="error"),

@@ -31,13 +31,40 @@ def quantize(
     method: str = typer.Option("minmax", "--method", help="minmax, entropy or percentile."),
     activations: str = typer.Option("int8", "--activations", help="int8, or int16 (TFLite 16x8: int16 activations, int8 weights)."),
     weight_rounding: str = typer.Option("nearest", "--weight-rounding", help="nearest, or gptq (error-compensating, Gemm/MatMul)."),
+    holdout: float = typer.Option(0.2, "--holdout", min=0.0, max=0.9, help="Share of the calibration samples kept "
+                                  "out of calibration to measure the int8 model on (0: measure on the calibration set)."),
+    min_agreement: float = typer.Option(0.99, "--min-agreement", help="Held-out decision agreement with fp32 "
+                                        "below which the result is reported as a warning."),
+    task: Optional[str] = typer.Option(None, "--task", help="Measure on this task's states instead of held-out "
+                                       "calibration samples (e.g. cartpole)."),
 ):
-    """Static int8 quantization (QDQ, per-channel int8 weights) with calibration data."""
+    """Static int8 quantization (QDQ, per-channel int8 weights) with calibration data. The int8 model is
+    measured against fp32 on held-out samples (--holdout), never on its own calibration set alone; a
+    degenerate calibration set and an agreement below --min-agreement are warnings (stderr and JSON)."""
     from grpo_edge.export.onnx2int8 import onnx2int8
-    info = onnx2int8(model, calibration, out, method=method, activations=activations, weight_rounding=weight_rounding)
-    # everything, the int8-vs-fp32 errors and agreement on the calibration samples included: they are
-    # what shows a quantization gone wrong
+    from grpo_edge.targets.esp32_pipeline import is_qdq
+    if Path(out).resolve() == Path(model).resolve():
+        raise GrpoEdgeError("--out %s is the input model: quantize writes a new file, never over its input" % out)
+    if Path(model).is_file() and is_qdq(model):
+        raise GrpoEdgeError("%s is already quantized (it holds QuantizeLinear / DequantizeLinear): quantize its "
+                            "fp32 source" % model)
+    eval_data = None
+    if task is not None:
+        from grpo_edge.export.calibration import task_inputs
+        from grpo_edge.tasks import get_task
+        eval_data = task_inputs(get_task(task, seed=4242), 512)
+    info = onnx2int8(model, calibration, out, method=method, activations=activations, weight_rounding=weight_rounding,
+                     holdout=0.0 if task is not None else holdout, eval_data=eval_data, eval_src="task %s" % task)
+    e = info["errors"]["reference"]
+    agree = e.get("argmax_agreement_clear", e.get("argmax_agreement"))
+    if agree is not None and agree < min_agreement:
+        info["warnings"].append("int8 agrees with fp32 on %.1f%% of the decisions%s on %s (goal %.0f%%)" % (
+            100 * agree, " fp32 makes by more than two output steps (%d of %d)" % (e["clear_decisions"], e["samples"])
+            if "argmax_agreement_clear" in e else "", info["evaluated_on"], 100 * min_agreement))
+    # everything, the int8-vs-fp32 errors and agreement included: they are what shows a quantization gone wrong
     typer.echo(json.dumps(info, indent=1, default=str))
+    for w in info["warnings"]:
+        typer.echo("warning: %s" % w, err=True)
 
 
 def calibrate(

@@ -39,7 +39,7 @@ MIN_SAMPLES = 100
 
 def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_channel: bool = True,
               reduce_range: bool = False, max_samples: int = 2000, op_types=None, activations: str = "int8",
-              weight_rounding: str = "nearest") -> dict:
+              weight_rounding: str = "nearest", holdout: float = 0.0, eval_data=None, eval_src: str = "") -> dict:
     """Quantize `onnx_path` to int8 QDQ at `out_path`, calibrated on `calibration`.
 
     calibration: np.ndarray (single-input models), {input name: array}, or a .npy / .npz path (an .npz
@@ -53,18 +53,17 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
       range with minmax; ORT raises the opset to 21 for it).
     weight_rounding: "nearest", or "gptq": Gemm/MatMul weights re-rounded on the same grid to keep each
       layer's output on the calibration inputs close to fp32 (grpo_edge.export.gptq).
+    holdout: the share of the calibration samples kept out to measure the int8 model on (`grpo-edge
+      quantize`: 0.2); 0 or too few: the calibration samples (evaluated_on says). eval_data / eval_src:
+      inputs to measure on instead (the task's states).
     Returns {path, size_bytes, fp32_size_bytes, method, per_channel, reduce_range, num_samples, format,
-      warnings, errors: {reference: {...}, ort_optimized: {...}}}: int8-vs-fp32 output errors on the
-      calibration samples, with ORT optimizations off (reference arithmetic) and on (this CPU's kernels).
+      warnings, evaluated_on, errors: {reference: {...}, ort_optimized: {...}}}: int8-vs-fp32 output errors,
+      with ORT optimizations off (reference arithmetic) and on (this CPU's kernels). warnings also name a
+      degenerate calibration set (constant, zero-range inputs, huge values).
     """
     from grpo_edge.export.onnx_utils import io_specs, load_onnx
     from grpo_edge.export.validate import check_calibration
-    if method not in METHODS:
-        raise ExportError("calibration method must be one of %s, got %r" % ("|".join(METHODS), method))
-    if activations not in ACTIVATIONS:
-        raise ExportError("activations must be one of %s, got %r" % ("|".join(ACTIVATIONS), activations))
-    if weight_rounding not in WEIGHT_ROUNDING:
-        raise ExportError("weight rounding must be one of %s, got %r" % ("|".join(WEIGHT_ROUNDING), weight_rounding))
+    _check_choices(method, activations, weight_rounding)
     onnx_path = Path(onnx_path)
     model = load_onnx(onnx_path)
     specs = io_specs(model, "input")
@@ -78,6 +77,9 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
         msg = "only %d calibration samples in %s (fewer than %d): activation ranges may be off" % (n, src, MIN_SAMPLES)
         warnings.warn(msg)
         notes.append(msg)
+    notes += degenerate_calibration(data, src)
+    data, held, evaluated_on = _split_holdout(data, holdout, src)
+    n = len(data) if isinstance(data, list) else len(next(iter(data.values())))
     if n > max_samples:
         idx = np.sort(np.random.default_rng(0).choice(n, max_samples, replace=False))
         data = [data[i] for i in idx] if isinstance(data, list) else {k: v[idx] for k, v in data.items()}
@@ -100,8 +102,11 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    errors = {"reference": compare_outputs(onnx_path, out_path, data, optimize=False),
-              "ort_optimized": compare_outputs(onnx_path, out_path, data, optimize=True)}
+    if eval_data is not None:
+        held, evaluated_on = _eval_inputs(eval_data, eval_src, specs)
+    held = data if held is None else held
+    errors = {"reference": compare_outputs(onnx_path, out_path, held, optimize=False),
+              "ort_optimized": compare_outputs(onnx_path, out_path, held, optimize=True)}
     return {"path": str(out_path), "size_bytes": out_path.stat().st_size,
             "fp32_size_bytes": onnx_path.stat().st_size, "method": method, "per_channel": per_channel,
             "reduce_range": reduce_range, "num_samples": n, "calibration": src,
@@ -110,7 +115,61 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
                 "int8 asymmetric" if activations == "int8" else "int16 symmetric")
                       + ("per-channel" if per_channel else "per-tensor"),
             "activations": activations, "weight_rounding": weight_rounding, "gptq": gptq,
-            "warnings": notes, "errors": errors}
+            "warnings": notes, "evaluated_on": evaluated_on, "errors": errors}
+
+
+def _check_choices(method, activations, weight_rounding) -> None:
+    for what, value, allowed in (("calibration method", method, METHODS), ("activations", activations, ACTIVATIONS),
+                                 ("weight rounding", weight_rounding, WEIGHT_ROUNDING)):
+        if value not in allowed:
+            raise ExportError("%s must be one of %s, got %r" % (what, "|".join(allowed), value))
+
+
+def _eval_inputs(eval_data, eval_src, specs):
+    """({input: array in the input's dtype}, what they are) for measuring on inputs given apart."""
+    held = eval_data if isinstance(eval_data, dict) else {specs[0]["name"]: np.asarray(eval_data)}
+    dtypes = {s["name"]: np.dtype(s["dtype"]) for s in specs}
+    held = {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in held.items()}
+    return held, "%d inputs of %s (not the calibration set)" % (len(next(iter(held.values()))), eval_src or "eval_data")
+
+
+MIN_HELD_OUT = 20           # held-out samples below this: measure on the calibration samples, and say so
+
+
+def _split_holdout(data, holdout, src):
+    """(calibration part, held-out part or None, what the figures are measured on): a seeded random
+    `holdout` share of the samples is kept out of calibration."""
+    if not holdout or isinstance(data, list):
+        return data, None, "the calibration samples themselves"
+    n = len(next(iter(data.values())))
+    k = int(round(n * float(holdout)))
+    if k < MIN_HELD_OUT or n - k < 1:
+        return data, None, ("the calibration samples themselves: %d samples in %s are too few to hold %d%% out "
+                            "(at least %d held out)" % (n, src, round(100 * holdout), MIN_HELD_OUT))
+    perm = np.random.default_rng(0).permutation(n)
+    keep, out = np.sort(perm[k:]), np.sort(perm[:k])
+    return ({name: v[keep] for name, v in data.items()}, {name: v[out] for name, v in data.items()},
+            "%d held-out samples of %s (%d%%, not used to calibrate)" % (k, src, round(100 * holdout)))
+
+
+def degenerate_calibration(data, src) -> list:
+    """Warnings for a calibration set that cannot set sensible int8 ranges: constant inputs (every sample the
+    same: a zero-width range), inputs whose every feature is constant across samples, values beyond 1e6."""
+    if isinstance(data, list):
+        return []
+    out = []
+    for name, a in data.items():
+        x = np.asarray(a, dtype=np.float64).reshape(len(a), -1)
+        if x.size and np.ptp(x) == 0:
+            out.append("calibration %s input %r is constant (every value %g): int8 ranges from it are empty, and "
+                       "real inputs will saturate; calibrate on inputs the model really sees" % (src, name, x.flat[0]))
+        elif len(x) > 1 and np.all(np.ptp(x, axis=0) == 0):
+            out.append("calibration %s input %r: every sample is the same: calibrate on inputs the model really "
+                       "sees" % (src, name))
+        if x.size and np.abs(x).max() > 1e6:
+            out.append("calibration %s input %r reaches %.3g: int8 steps over such a range are about %.3g wide, so "
+                       "typical inputs all round to a few codes" % (src, name, np.abs(x).max(), np.abs(x).max() / 127.0))
+    return out
 
 
 def _batches(data, specs):
@@ -265,13 +324,35 @@ def compare_outputs(fp32_path, int8_path, data, optimize=False, limit: int = 512
     feeds = batches_of({k: v[:n] for k, v in data.items()}, batch)
     a = np.concatenate([s32.run(None, f)[0] for f in feeds])
     b = np.concatenate([s8.run(None, f)[0] for f in feeds])
-    return _errors(a, b, n, optimize)
+    return _errors(a, b, n, optimize, _output_step(int8_path))
 
 
-def _errors(a, b, n, optimize) -> dict:
+def _output_step(int8_path):
+    """The real value of one step of the int8 model's first output (its last DequantizeLinear's scale), or None."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(str(int8_path))
+    out = m.graph.output[0].name
+    node = next((n for n in m.graph.node if out in n.output), None)
+    if node is None or node.op_type != "DequantizeLinear":
+        return None
+    init = {i.name: i for i in m.graph.initializer}
+    scale = init.get(node.input[1])
+    return float(np.max(numpy_helper.to_array(scale))) if scale is not None else None
+
+
+def _errors(a, b, n, optimize, step=None) -> dict:
+    """|diff| figures; for logits, the argmax agreement, and the agreement on the decisions fp32 makes by
+    more than two output steps (closer ones are ties at int8 resolution: a policy balancing a pole has many)."""
     d = np.abs(a.astype(np.float64) - b.astype(np.float64))
     out = {"max_abs_diff": float(d.max()), "mean_abs_diff": float(d.mean()), "samples": int(n),
            "ort_graph_optimizations": "on" if optimize else "off"}
     if a.ndim >= 2 and a.shape[-1] > 1:
-        out["argmax_agreement"] = float(np.mean(a.argmax(-1) == b.argmax(-1)))
+        same = a.argmax(-1) == b.argmax(-1)
+        out["argmax_agreement"] = float(np.mean(same))
+        if step:
+            top = np.sort(a.reshape(-1, a.shape[-1]), axis=-1)
+            clear = (top[:, -1] - top[:, -2]) > 2 * step
+            out["clear_decisions"] = int(clear.sum())
+            out["argmax_agreement_clear"] = float(np.mean(same.reshape(-1)[clear])) if clear.any() else None
     return out
