@@ -253,3 +253,47 @@ def test_a_kill_between_a_promotion_and_the_next_state_replays_exactly(tmp_path)
     a, b = load_checkpoint(str(run / "state.pt")), load_checkpoint(str(tmp_path / "ref" / "state.pt"))
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert load_checkpoint(str(run / "served.pt"))["online"] == load_checkpoint(str(tmp_path / "ref" / "served.pt"))["online"]
+
+
+def test_the_tcp_stream_survives_its_clients(tmp_path):
+    """issue 30: a client that resets its connection mid-record, one that sends bytes that are not UTF-8, one
+    that closes cleanly mid-record, one that sends a line over the bound: each is one `drop` (that
+    connection or record), and the server keeps listening; a later client's complete episode is read."""
+    import socket
+    import struct
+    import threading
+    from grpo_edge.online.sources import StreamTask, StreamEnded, tcp_lines
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    lines = tcp_lines(port, max_bytes=4096)
+    rec = '{"obs": [0.1, 0.2, 0.3, 0.4], "action": 1, "reward": 1.0, "logp": -0.69%s}\n'
+
+    def client(payload, reset=False):
+        c = socket.create_connection(("127.0.0.1", port))
+        c.sendall(payload)
+        if reset:                                     # RST instead of FIN
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+
+    def clients():
+        client((rec % "").encode() + b'{"obs": [0.1, 0.2', reset=True)
+        client((rec % "").encode() + b"\xff\xfe not utf-8\n" + (rec % ', "done": true').encode())
+        client((rec % "").encode() + b'{"obs": [0.1')
+        client(b"x" * 10000 + b"\n" + (rec % "").encode())
+        client(b"".join((rec % "").encode() for _ in range(3)) + (rec % ', "done": true').encode())
+    threading.Thread(target=clients, daemon=True).start()
+    task = StreamTask(lines, "tcp:%d" % port, 4, 2, group_size=2, max_steps=50, eval_episodes=4, holdout_every=0,
+                      buffer_groups=4)
+    drops = []
+    task.on_drop = lambda where, why: drops.append((where, why))
+    while task.episodes < 1:
+        try:
+            task._pump()
+        except StreamEnded:
+            break
+    reasons = " | ".join(w for _, w in drops)
+    assert "not UTF-8" in reasons and "cut off" in reasons and "over 4096 bytes" in reasons, drops
+    assert task.episodes >= 1 and task.dropped_episodes >= 2 and task.dropped_lines >= 4
+    assert drops[-1][0].startswith("tcp connection 4")      # the 5th client's episode came after all of them

@@ -102,7 +102,8 @@ class OnlineRunner(object):
         self._export_onnx()   # the ONNX always matches served.pt, even after a kill between the two
 
     def _build_task(self, model_config):
-        from grpo_edge.online.sources import EnvTask, StreamTask, make_env_factory, stdin_lines, tcp_lines
+        from grpo_edge.online.sources import (EnvTask, StreamTask, make_env_factory, max_line_bytes, stdin_lines,
+                                              tcp_lines)
         o, t, g = self.o, self.cfg["training"], self.cfg["grpo"]
         if o["env"]:
             return EnvTask(o["env"], make_env_factory(o["env"], o["env_kwargs"]), o["max_steps"],
@@ -118,7 +119,9 @@ class OnlineRunner(object):
         if fit < int(t["batch_size"]):
             raise ConfigError("online.max_memory %s leaves room for %d buffered groups, training.batch_size needs %d"
                               % (o["max_memory"], fit, int(t["batch_size"])))
-        lines = stdin_lines() if o["stream"] == "stdin" else tcp_lines(int(o["stream"].split(":", 1)[1]))
+        bound = max_line_bytes(self.budget)
+        lines = (stdin_lines(bound) if o["stream"] == "stdin"
+                 else tcp_lines(int(o["stream"].split(":", 1)[1]), max_bytes=bound))
         return StreamTask(lines, o["stream"], d, n_act, G, o["max_steps"], o["eval_episodes"], o["holdout_every"],
                           max(int(t["batch_size"]), min(o["buffer_groups"], fit)))
 

@@ -217,13 +217,67 @@ class EnvTask(object):
         self._envs, self._eval_envs = [], []
 
 
-def stdin_lines():
-    for i, line in enumerate(sys.stdin, 1):
-        yield "stdin line %d" % i, line
+class Dropped(object):
+    """In place of a line the stream could not use (bytes that are not UTF-8, a line over the bound, a
+    record cut off, a connection reset): why. The task drops it and logs a `drop` event."""
+
+    def __init__(self, reason, ends_connection=False):
+        self.reason, self.ends_connection = reason, ends_connection
 
 
-def tcp_lines(port, host="127.0.0.1"):
-    """Listen on host:port (localhost) now; return an iterator over the lines of one connection after another."""
+def max_line_bytes(budget):
+    """The longest record line read: 1/64 of the memory budget, within 4 KiB .. 1 MiB."""
+    return int(max(4096, min(int(budget) // 64, 1 << 20)))
+
+
+def _decode(raw):
+    if not isinstance(raw, bytes):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return Dropped("bytes that are not UTF-8 (at byte %d of the line): the record is dropped" % e.start)
+
+
+def _read_lines(f, max_bytes, name):
+    """(where, text or Dropped) for each line of the binary stream f: over-long lines are skipped whole, a
+    last line without its newline is kept only if it is a complete JSON value."""
+    i = 0
+    while True:
+        raw = f.readline(max_bytes + 1)
+        if not raw:
+            return
+        i += 1
+        where = "%s line %d" % (name, i)
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):                 # skip the rest of it, bounded reads
+                raw = f.readline(max_bytes + 1)
+            yield where, Dropped("a line over %d bytes (online.max_memory / 64): dropped" % max_bytes)
+        elif not raw.endswith(b"\n"):
+            text = _decode(raw)
+            try:
+                json.loads(text)
+                yield where, text
+            except (ValueError, TypeError):
+                yield where, Dropped("a record cut off at the end of the stream (no newline): dropped", True)
+        else:
+            yield where, _decode(raw)
+
+
+def stdin_lines(max_bytes=1 << 20):
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:                                          # a text stream (tests): no bytes to check
+        for i, line in enumerate(sys.stdin, 1):
+            yield "stdin line %d" % i, line
+        return
+    for item in _read_lines(stream, max_bytes, "stdin"):
+        yield item
+
+
+def tcp_lines(port, host="127.0.0.1", max_bytes=1 << 20):
+    """Listen on host:port (localhost) now; return an iterator over the lines of one connection after another.
+    A connection's failure (reset, a record cut off, a line over max_bytes) ends that connection with a
+    Dropped; the server keeps listening for the next one."""
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise ConfigError("online.stream: the record socket listens on localhost only, not %r" % host)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -240,12 +294,28 @@ def tcp_lines(port, host="127.0.0.1"):
             while True:
                 conn, _ = srv.accept()
                 conn_no += 1
-                with conn, conn.makefile("r", encoding="utf-8") as f:
-                    for i, line in enumerate(f, 1):
-                        yield "tcp connection %d line %d" % (conn_no, i), line
+                for item in _connection_lines(conn, conn_no, max_bytes):
+                    yield item
         finally:
             srv.close()
     return lines()
+
+
+def _connection_lines(conn, conn_no, max_bytes):
+    name = "tcp connection %d" % conn_no
+    with conn:
+        f = conn.makefile("rb")
+        try:
+            for where, text in _read_lines(f, max_bytes, name):
+                yield where, text
+                if isinstance(text, Dropped) and text.reason.startswith("a line over"):
+                    yield where, Dropped("%s closed after a line over %d bytes" % (name, max_bytes), True)
+                    return
+        except (ConnectionError, OSError) as e:          # reset by the peer: that connection ends, not the server
+            yield name, Dropped("%s failed (%s): closed; the server keeps listening" % (
+                name, getattr(e, "strerror", None) or type(e).__name__), True)
+        finally:
+            f.close()
 
 
 OBS_LIMIT = 1e9          # |obs| in float32
@@ -326,7 +396,7 @@ class StreamTask(object):
         self._open = OrderedDict()                          # group key -> episodes so far
         self._steps = []                                    # records of the episode in progress
         self.episodes = self.records = self.complete_groups = 0
-        self.dropped_episodes = 0
+        self.dropped_episodes = self.dropped_lines = 0
         self._bad = None                                    # why the episode in progress will be dropped
         self.on_drop = None                                 # fn(where, reason): the runner logs it
         self.io_wait = False
@@ -348,6 +418,9 @@ class StreamTask(object):
             raise StreamEnded()
         finally:
             self.io_wait = False
+        if isinstance(text, Dropped):
+            self._dropped_line(where, text)
+            return
         if not text.strip():
             return
         rec = parse_record(text, where, self.obs_dim, self.n_actions)
@@ -360,6 +433,19 @@ class StreamTask(object):
         self._steps.append(rec)
         if rec[3] or rec[4] or len(self._steps) >= self.max_steps:
             self._close_episode(truncated=not rec[3])
+
+    def _dropped_line(self, where, d):
+        """A line the stream could not read: logged; the episode in progress loses a step, so it is dropped when
+        it closes, or now when its connection ended."""
+        self.dropped_lines += 1
+        if self.on_drop is not None:
+            self.on_drop(where, d.reason)
+        if d.ends_connection:              # its episode in progress cannot go on: dropped now
+            if self._steps:
+                self.dropped_episodes += 1
+            self._steps, self._bad = [], None
+        elif self._bad is None:
+            self._bad = (where, d.reason)
 
     def _close_episode(self, truncated):
         steps, self._steps = self._steps, []
