@@ -146,9 +146,11 @@ def test_stream_buffers_are_bounded(tmp_path):
 
 @pytest.mark.slow
 def test_kill9_then_restart_resumes_exactly(tmp_path):
+    """With the defaults (served.onnx exported at every promotion and again at restart): a run killed with
+    SIGKILL and restarted ends bit-identical to one never killed (issue 30: the export drew from torch's RNG)."""
     pol = linear_policy(tmp_path / "p.pt", [0.0, 0.1, 1.0, 0.0], k=2.0)
     args = ["--env", ENV, "--policy", pol, "--max-updates", 24, "--set", "online.checkpoint_every=4",
-            "--set", "online.gate_every=4", "--set", "online.max_steps=100", "--set", "online.export_onnx=false"]
+            "--set", "online.gate_every=4", "--set", "online.max_steps=100"]
     ref = run_online(args + ["--save-dir", tmp_path / "ref"])
     assert ref.returncode == 0, ref.stderr
     run = tmp_path / "run"
@@ -174,6 +176,7 @@ def test_kill9_then_restart_resumes_exactly(tmp_path):
     a, b = load_checkpoint(str(run / "state.pt")), load_checkpoint(str(tmp_path / "ref" / "state.pt"))
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])        # same as never killed
     assert load_checkpoint(str(run / "served.pt"))["online"] == load_checkpoint(str(tmp_path / "ref" / "served.pt"))["online"]
+    assert (run / "served.onnx").is_file() and (tmp_path / "ref" / "served.onnx").is_file()
     rss = [m["rss_mb"] for m in jsonl(str(tmp_path / "ref" / "metrics.jsonl"))]
     assert max(rss[len(rss) // 2:]) - rss[len(rss) // 2] < 10.0                        # memory stays flat
 
@@ -253,6 +256,7 @@ def test_a_kill_between_a_promotion_and_the_next_state_replays_exactly(tmp_path)
     a, b = load_checkpoint(str(run / "state.pt")), load_checkpoint(str(tmp_path / "ref" / "state.pt"))
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     assert load_checkpoint(str(run / "served.pt"))["online"] == load_checkpoint(str(tmp_path / "ref" / "served.pt"))["online"]
+    assert (run / "served.onnx").is_file() and (tmp_path / "ref" / "served.onnx").is_file()
 
 
 def test_the_tcp_stream_survives_its_clients(tmp_path):

@@ -148,12 +148,15 @@ class OnlineRunner(object):
             import inspect
             import torch.onnx
             model = copy.deepcopy(self.served).cpu().eval()
-            spec = model.export_spec(1)
+            # the example inputs are drawn from torch's RNG: a fork leaves the training stream as it was, so a
+            # run resumed after a kill (which exports again) stays bit-identical to one never killed
+            with torch.random.fork_rng(devices=[]):
+                spec = model.export_spec(1)
             kw = {"input_names": list(spec.input_names), "output_names": list(spec.output_names),
                   "dynamic_axes": dict(spec.dynamic_axes or {}), "opset_version": 13, "do_constant_folding": True}
             if "dynamo" in inspect.signature(torch.onnx.export).parameters:
                 kw["dynamo"] = False     # the TorchScript exporter: one self-contained file, as TensorRT 8.2 reads
-            with open(tmp, "wb") as f, warnings.catch_warnings():
+            with open(tmp, "wb") as f, warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
                 warnings.simplefilter("ignore")          # torch 2.x: "legacy exporter" deprecation notice
                 torch.onnx.export(spec.module, tuple(spec.example_inputs), f, **kw)
                 f.flush()
