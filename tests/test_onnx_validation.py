@@ -77,9 +77,13 @@ def test_quantize_json_reports_the_errors_against_fp32(fp32, tmp_path):
     import json
     r = cli("quantize", fp32 / "m.onnx", "--calibration", fp32 / "good.npy", "-o", tmp_path / "q.onnx")
     assert r.returncode == 0, r.stderr
-    info = json.loads(r.stdout)
-    assert info["errors"]["reference"]["samples"] == 256
+    info = json.loads(r.stdout)                  # measured on the 20% held out of calibration (issue 30)
+    assert info["errors"]["reference"]["samples"] == 51 and info["num_samples"] == 205
+    assert info["evaluated_on"].startswith("51 held-out samples of")
     assert 0 <= info["errors"]["reference"]["max_abs_diff"] < 0.5
+    r = cli("quantize", fp32 / "m.onnx", "--calibration", fp32 / "good.npy", "-o", tmp_path / "q.onnx", "--holdout", "0")
+    info = json.loads(r.stdout)
+    assert info["errors"]["reference"]["samples"] == 256 and info["evaluated_on"] == "the calibration samples themselves"
 
 
 def _scale_tampered(src, dst, value):
