@@ -191,41 +191,39 @@ def _reduce_view(p, node, x, what):
                       "rank-3 one" % (label(node), what))
 
 
-def from_reduce_mean(p, node):
-    x, kernel, shape = _reduce_view(p, node, p.tensors[p.act_input(node, 0)], "ReduceMean")
-    t = _pool(p, node, "avgpool", kernel, (1, 1), (0, 0, 0, 0), mode="mean", x=x, onnx_shape=shape)
-    if shape is None and not attr(node, "keepdims", 1):
-        t.shape = t.shape[:2]
-
-
-def from_reduce_sum(p, node):
-    """TFLite SUM's rule: MEAN's without the 1/count (QuantizedMeanOrSum, compute_sum)."""
-    x, kernel, shape = _reduce_view(p, node, p.tensors[p.act_input(node, 0)], "ReduceSum")
-    t = _pool(p, node, "avgpool", kernel, (1, 1), (0, 0, 0, 0), mode="sum", x=x, onnx_shape=shape)
-    if shape is None and not attr(node, "keepdims", 1):
-        t.shape = t.shape[:2]
-
-
-def from_reduce_max(p, node):
-    """A max pool over the whole extent; when the output has other parameters (onnxruntime calibrates a
-    ReduceMax's output on its own), a requantize table after it (max commutes with the monotone table)."""
-    from .lut import requant_table
-    x, kernel, shape = _reduce_view(p, node, p.tensors[p.act_input(node, 0)], "ReduceMax")
+def _reduce(p, node, what, kind, mode=None):
+    """ReduceMean / ReduceSum / ReduceMax as a pool over the whole extent of a 4-D view (_reduce_view).
+    ReduceMax whose output onnxruntime calibrated apart from its input: the max pool, then a requantize
+    table (max commutes with the monotone table)."""
+    x, kernel, shape = _reduce_view(p, node, p.tensors[p.act_input(node, 0)], what)
     name, scale, zp = p.output_q(node)
-    out4 = (1, x.shape[1], 1, 1)
-    if scale != x.scale or zp != x.zero_point:
+    if kind == "maxpool" and (scale != x.scale or zp != x.zero_point):
+        from .lut import requant_table
+        out4 = (1, x.shape[1], x.shape[2] - kernel[0] + 1, x.shape[3] - kernel[1] + 1)
         inner = TensorInfo(name + "/max", out4, x.scale, x.zero_point)
         p.tensors[inner.name] = inner
         attrs = {"kernel": tuple(kernel), "strides": (1, 1), "pads": (0, 0, 0, 0), "activation_min": -128,
                  "activation_max": 127}
         p.ops.append(Op("maxpool", (node.name or node.output[0]) + "/max", [x.name], inner.name, attrs))
-        out = TensorInfo(name, out4, scale, zp)
-        t = p.add_op("lut", node, [inner.name], out4, {"table": requant_table(inner, out, -128, 127),
-                                                        "function": "requantize"}, onnx_shape=shape)
+        table = requant_table(inner, TensorInfo(name, out4, scale, zp), -128, 127)
+        t = p.add_op("lut", node, [inner.name], out4, {"table": table, "function": "requantize"}, onnx_shape=shape)
     else:
-        t = _pool(p, node, "maxpool", kernel, (1, 1), (0, 0, 0, 0), x=x, onnx_shape=shape)
+        t = _pool(p, node, kind, kernel, (1, 1), (0, 0, 0, 0), mode=mode, x=x, onnx_shape=shape)
     if shape is None and not attr(node, "keepdims", 1):
         t.shape = t.shape[:2]
+
+
+def from_reduce_mean(p, node):
+    _reduce(p, node, "ReduceMean", "avgpool", "mean")
+
+
+def from_reduce_sum(p, node):
+    """TFLite SUM's rule: MEAN's without the 1/count (QuantizedMeanOrSum, compute_sum)."""
+    _reduce(p, node, "ReduceSum", "avgpool", "sum")
+
+
+def from_reduce_max(p, node):
+    _reduce(p, node, "ReduceMax", "maxpool")
 
 
 def from_global_max_pool(p, node):
