@@ -42,7 +42,7 @@ def quantize(
     measured against fp32 on held-out samples (--holdout), never on its own calibration set alone; a
     degenerate calibration set and an agreement below --min-agreement are warnings (stderr and JSON)."""
     from grpo_edge.export.onnx2int8 import onnx2int8
-    from grpo_edge.targets.esp32_pipeline import is_qdq
+    from grpo_edge.export.onnx_utils import is_qdq
     if Path(out).resolve() == Path(model).resolve():
         raise GrpoEdgeError("--out %s is the input model: quantize writes a new file, never over its input" % out)
     if Path(model).is_file() and is_qdq(model):

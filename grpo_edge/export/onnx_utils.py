@@ -36,6 +36,11 @@ def load_onnx(path):
     return model
 
 
+def is_qdq(path) -> bool:
+    """True when the ONNX model at `path` is already quantized (holds QuantizeLinear / DequantizeLinear)."""
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in load_onnx(path).graph.node)
+
+
 def copy_onnx(src, dst) -> None:
     """The ONNX file src as one self-contained file dst: weights that torch's exporter wrote beside it
     (src.data, external data) are read in; a file without external data is copied as it is."""

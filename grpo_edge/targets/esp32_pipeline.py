@@ -70,16 +70,12 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     return Path(choice["chosen_path"]), options
 
 
-def is_qdq(path) -> bool:
-    """True when the ONNX model at `path` is already quantized (holds QuantizeLinear / DequantizeLinear)."""
-    from grpo_edge.export.onnx_utils import load_onnx
-    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in load_onnx(path).graph.node)
 
 
 def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method, min_agreement):
     """An ONNX source: a QDQ model goes on as it is; an fp32 one is quantized with the given calibration set,
     chosen as for a checkpoint (decision agreement measured on the calibration inputs)."""
-    from grpo_edge.export.onnx_utils import copy_onnx
+    from grpo_edge.export.onnx_utils import copy_onnx, is_qdq
     from grpo_edge.export.calibration import load_calibration
     from grpo_edge.targets.contract import check_calibration
     from grpo_edge.targets.esp32.deploy import default_prefix

@@ -95,7 +95,7 @@ def _policy_sections(cfg, out) -> list:
     import numpy as np
     spec = cfg.get("input") or {}
     layout = spec.get("layout") or cfg["inputs"][0]["shape"]
-    per = [d for d in layout[1:]]
+    per = list(layout[1:])
     sample = np.load(str(out / "sample_inputs.npy"))[0].reshape(-1)
     lines = ["## Run\n", "```", "python3 runner.py --input sample_inputs.npy",
              "echo \"%s\" | python3 runner.py --input -" % " ".join("%.4g" % v for v in sample),

@@ -221,6 +221,7 @@ class _Parser:
 
     # -- main loop
     def run(self) -> Graph:
+        import onnx
         from .ops import ONNX_RULES as rules
         gr = self.model.graph
         inputs = [i for i in gr.input if i.name not in self.consts]
@@ -229,7 +230,7 @@ class _Parser:
                               % (len(inputs), len(gr.output)))
         gin = inputs[0]
         dims = [d.dim_value if d.dim_value > 0 else 1 for d in gin.type.tensor_type.shape.dim]
-        if gin.type.tensor_type.elem_type in (6, 7):           # INT32 / INT64: token ids into embeddings
+        if gin.type.tensor_type.elem_type in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):   # token ids
             self._token_ids(gin, dims)
             return self._finish(rules)
         qs = [c for c in self.consumers.get(gin.name, []) if c.op_type == "QuantizeLinear"]

@@ -63,16 +63,14 @@ def _export(source, out: Path, opset: int):
     return graphs, state, model, info
 
 
-def text_dims(state) -> dict:
-    """A text model's dynamic lengths as its decode loop uses them, for the optimisation profile:
-    micro-gpt's cache (past_len) from 0 to the last step of a prompt plus its answer; tiny-transformer's
-    source at the prompt length, its decoder prefix (tgt_len) from BOS to BOS + the answer. {} otherwise."""
-    arch = (state or {}).get("arch")
-    if arch not in ("micro-gpt", "tiny-transformer"):
+def text_dims(c) -> dict:
+    """A text model's dynamic lengths as its decode loop uses them (c: its text config, or None), for the
+    optimisation profile: micro-gpt's cache (past_len) from 0 to the last step of a prompt plus its answer;
+    tiny-transformer's source at the prompt length, its decoder prefix (tgt_len) from BOS to BOS + the
+    answer. {} for other models."""
+    if c is None:
         return {}
-    from grpo_edge.export.decode_calibration import text_config
-    c = text_config(state)
-    if arch == "micro-gpt":
+    if c["arch"] == "micro-gpt":
         last = min(c["max_len"], c["input_len"] + c["max_new_tokens"]) - 1
         return {"past_len": [0, min(c["input_len"], last), last]}
     longest = min(c["max_len"], c["max_new_tokens"] + 1)
@@ -180,7 +178,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     out.mkdir(parents=True, exist_ok=True)
     rep = Report(title="Jetson deploy: %s" % Path(source).name, target=plan.profile["name"])
     graphs, state, model, export_info = _export(source, out, plan.opset)
-    plan.options["dims"] = dict(text_dims(state), **(plan.options.get("dims") or {}))
+    text = _text_config(state)
+    plan.options["dims"] = dict(text_dims(text), **(plan.options.get("dims") or {}))
     task = _task(state)
     rng = np.random.default_rng(0)
     vocab = (state or {}).get("model_config", {}).get("vocab_size", 2)
@@ -200,7 +199,6 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                                                                 r[task.metric_name], rows[0][task.metric_name])
                          for r in rows if not r["meets_99pct"]]
     notes = [n for g in done for n in g.notes] + _precision_notes(plan)
-    text = _text_config(state)
     if text is not None and task is not None and model is not None:      # the decode loop's golden prompts
         from grpo_edge.targets.rpi_text import write_golden_prompts
         write_golden_prompts(model, task, text, out, 32)
