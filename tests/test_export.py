@@ -197,3 +197,15 @@ def test_quantize_never_reports_a_degenerate_calibration_as_perfect(cartpole_onn
     r = cli_in(tmp_path, "quantize", tmp_path / "q.onnx", "--calibration", tmp_path / "zeros.npz", "--out", tmp_path / "qq.onnx")
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.startswith("error")]
     assert r.returncode == 2 and len(lines) == 1 and "is already quantized" in lines[0] and not (tmp_path / "qq.onnx").exists()
+
+
+def test_quantize_bad_flags_and_a_task_of_another_model_are_one_line(cartpole_onnx, tmp_path):
+    """--task whose states do not fit the model, --holdout and --min-agreement out of range: one error
+    line, exit 2, nothing written."""
+    from conftest import cli_in, one_error_line
+    np.savez(tmp_path / "c.npz", obs=np.random.default_rng(0).normal(size=(128, 4)).astype(np.float32))
+    base = ["quantize", cartpole_onnx[0], "--calibration", tmp_path / "c.npz", "--out", tmp_path / "q.onnx"]
+    for extra, want in ((["--task", "digits"], "evaluation inputs of task digits does not fit"),
+                        (["--holdout", "2"], "--holdout"), (["--min-agreement", "1.5"], "--min-agreement")):
+        assert want in one_error_line(cli_in(tmp_path, *(base + extra)))
+        assert not (tmp_path / "q.onnx").exists()

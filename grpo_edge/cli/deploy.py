@@ -33,7 +33,7 @@ def quantize(
     weight_rounding: str = typer.Option("nearest", "--weight-rounding", help="nearest, or gptq (error-compensating, Gemm/MatMul)."),
     holdout: float = typer.Option(0.2, "--holdout", min=0.0, max=0.9, help="Share of the calibration samples kept "
                                   "out of calibration to measure the int8 model on (0: measure on the calibration set)."),
-    min_agreement: float = typer.Option(0.99, "--min-agreement", help="Held-out decision agreement with fp32 "
+    min_agreement: float = typer.Option(0.99, "--min-agreement", min=0.0, max=1.0, help="Held-out decision agreement with fp32 "
                                         "below which the result is reported as a warning."),
     task: Optional[str] = typer.Option(None, "--task", help="Measure on this task's states instead of held-out "
                                        "calibration samples (e.g. cartpole)."),

@@ -79,6 +79,8 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
         notes.append(msg)
     notes += degenerate_calibration(data, src)
     data, held, evaluated_on = _split_holdout(data, holdout, src)
+    if eval_data is not None:              # checked before any work: inputs of another model are one line
+        held, evaluated_on = _eval_inputs(eval_data, eval_src, specs, onnx_path)
     n = len(data) if isinstance(data, list) else len(next(iter(data.values())))
     if n > max_samples:
         idx = np.sort(np.random.default_rng(0).choice(n, max_samples, replace=False))
@@ -102,8 +104,6 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    if eval_data is not None:
-        held, evaluated_on = _eval_inputs(eval_data, eval_src, specs)
     held = data if held is None else held
     errors = {"reference": compare_outputs(onnx_path, out_path, held, optimize=False),
               "ort_optimized": compare_outputs(onnx_path, out_path, held, optimize=True)}
@@ -125,11 +125,17 @@ def _check_choices(method, activations, weight_rounding) -> None:
             raise ExportError("%s must be one of %s, got %r" % (what, "|".join(allowed), value))
 
 
-def _eval_inputs(eval_data, eval_src, specs):
-    """({input: array in the input's dtype}, what they are) for measuring on inputs given apart."""
+def _eval_inputs(eval_data, eval_src, specs, onnx_path):
+    """({input: array in the input's dtype}, what they are) for measuring on inputs given apart; inputs that
+    do not fit the model are one ExportError (calibration data's checks)."""
+    from grpo_edge.export.validate import check_calibration
     held = eval_data if isinstance(eval_data, dict) else {specs[0]["name"]: np.asarray(eval_data)}
     dtypes = {s["name"]: np.dtype(s["dtype"]) for s in specs}
-    held = {k: np.asarray(v, dtype=dtypes.get(k)) for k, v in held.items()}
+    held = {k: np.asarray(v, dtype=dtypes.get(k, np.float32)) for k, v in held.items()}
+    try:
+        check_calibration(held, specs, eval_src or "eval_data", onnx_path)
+    except ExportError as e:
+        raise ExportError(str(e).replace("calibration ", "evaluation inputs of ", 1))
     return held, "%d inputs of %s (not the calibration set)" % (len(next(iter(held.values()))), eval_src or "eval_data")
 
 
