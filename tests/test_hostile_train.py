@@ -272,7 +272,7 @@ def test_online_records_with_unusable_numbers_drop_their_episode():
             lines.append(("line %d" % (len(lines) + 1), json.dumps(rec)))
     dropped = []
     task = StreamTask(iter(lines), "test", 4, 2, 2, 10, 2, 0, 4)
-    task.on_drop = lambda where, why: dropped.append((where, why))
+    task.on_event = lambda event, where, why: dropped.append((where, why))
     ro = task.rollout(None, 1, 2)
     assert task.dropped_episodes == 4 and len(dropped) == 4
     assert [w for w, _ in dropped] == ["line 5", "line 8", "line 11", "line 14"]

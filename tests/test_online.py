@@ -121,11 +121,15 @@ def test_stdin_stream_trains_gates_and_rejects_bad_records(tmp_path):
     gates = [d for d in jsonl(str(tmp_path / "s" / "decisions.jsonl")) if d["event"] == "gate"]
     assert gates and all(g["decision"] in ("promote", "rollback", "defer") for g in gates)
     assert any(g["decision"] != "defer" for g in gates)
+    assert all(g["candidate_ess"] > 0 and g["served_ess"] > 0 for g in gates if g["decision"] != "defer")
     load_policy(str(tmp_path / "s" / "served.pt"))
-    # a malformed record: exit 2, one line naming the line
+    # a malformed record under online.bad_records=stop: exit 2, one line naming the line, and a `stop` event
     bad = text.splitlines()[:5] + ['{"obs": [0, 0, 0, 0], "action": 7, "reward": 1}']
-    r = run_online(["--stream", "stdin", "--policy", pol, "--save-dir", tmp_path / "s2"], stdin="\n".join(bad) + "\n")
+    r = run_online(["--stream", "stdin", "--policy", pol, "--save-dir", tmp_path / "s2", "--set",
+                    'online.bad_records="stop"'], stdin="\n".join(bad) + "\n")
     assert r.returncode == 2 and r.stderr.strip() == "error: stdin line 6: 'action' must be an integer in 0..1, got 7"
+    stop = jsonl(str(tmp_path / "s2" / "decisions.jsonl"))[-1]
+    assert stop["event"] == "stop" and stop["stopped"].startswith("error: stdin line 6") and stop["bad_records"] == 1
 
 
 def test_stream_buffers_are_bounded(tmp_path):
@@ -137,7 +141,10 @@ def test_stream_buffers_are_bounded(tmp_path):
         while True:
             task._pump()
     assert type(e.value).__name__ == "StreamEnded"
-    assert task.episodes > 200 and len(task.groups) == 2 and len(task.eval_eps) == 6   # episodes cut at 50 steps
+    assert len(task.groups) == 2 and len(task.eval_eps) == 6
+    # an episode longer than max_steps is one truncated episode of 50 steps, its later records skipped (issue 30:
+    # it used to become several "episodes" that started mid-way)
+    assert task.episodes == 200 and task.counts["cut_episodes"] > 0 and task.counts["skipped_records"] > 0
     assert max(len(ep["actions"]) for ep in task.eval_eps) <= 50
     est = task.evaluate(task.behaviour)                      # served on its own episodes: the plain mean return
     mean = float(np.mean([ep["rewards"].sum() for ep in task.eval_eps]))
@@ -290,7 +297,7 @@ def test_the_tcp_stream_survives_its_clients(tmp_path):
     task = StreamTask(lines, "tcp:%d" % port, 4, 2, group_size=2, max_steps=50, eval_episodes=4, holdout_every=0,
                       buffer_groups=4)
     drops = []
-    task.on_drop = lambda where, why: drops.append((where, why))
+    task.on_event = lambda event, where, why: drops.append((where, why))
     while task.episodes < 1:
         try:
             task._pump()
@@ -298,5 +305,94 @@ def test_the_tcp_stream_survives_its_clients(tmp_path):
             break
     reasons = " | ".join(w for _, w in drops)
     assert "not UTF-8" in reasons and "cut off" in reasons and "over 4096 bytes" in reasons, drops
-    assert task.episodes >= 1 and task.dropped_episodes >= 2 and task.dropped_lines >= 4
+    assert task.episodes >= 1 and task.dropped_episodes >= 2 and task.counts["dropped_lines"] >= 4
     assert drops[-1][0].startswith("tcp connection 4")      # the 5th client's episode came after all of them
+
+
+def _rec(done=False, **kw):
+    rec = {"obs": [0.1, 0.2, 0.3, 0.4], "action": 1, "reward": 1.0, "logp": -0.5}
+    rec.update(kw)
+    if done:
+        rec["done"] = True
+    return json.dumps(rec)
+
+
+def _stream_task(texts, bad_records="drop", max_steps=10, group_size=2):
+    lines = iter([("line %d" % i, t) for i, t in enumerate(texts, 1)])
+    task = StreamTask(lines, "test", 4, 2, group_size=group_size, max_steps=max_steps, eval_episodes=2,
+                      holdout_every=0, buffer_groups=4, bad_records=bad_records)
+    events = []
+    task.on_event = lambda event, where, why: events.append((event, where, why))
+    return task, events
+
+
+def _pump_all(task):
+    from grpo_edge.online.sources import StreamEnded
+    try:
+        while True:
+            task._pump()
+    except StreamEnded:
+        pass
+
+
+def test_every_bad_record_follows_one_policy():
+    """issue 30: a string reward, a NaN reward, a record that is not JSON, an action out of range and bytes that
+    are not UTF-8 each drop their episode with a logged reason (online.bad_records=drop), or each stop the
+    trainer with one line (stop); a byte-order mark at the start of a line is not an error."""
+    from grpo_edge.online.sources import Dropped, StreamError
+    bad = ['{"obs": [0.1, 0.2, 0.3, 0.4], "action": 1, "reward": "1.0"}', _rec(reward=float("nan")),
+           '{"obs": [0.1, 0.2, 0.3, 0.4], "action": 1, "rew', _rec(action=7), Dropped("bytes that are not UTF-8")]
+    texts = ["\ufeff" + _rec(), _rec(done=True)]                     # a good episode, with a BOM
+    for b in bad:                                                   # each bad record in the middle of an episode
+        texts += [_rec(), b, _rec(done=True)]
+    texts += [_rec(), _rec(), _rec(done=True)]                      # and a good one after them
+    task, events = _stream_task(texts)
+    _pump_all(task)
+    assert task.episodes == 2 and len(task.groups) == 1 and task.dropped_episodes == 5
+    assert task.counts["bad_records"] == 5 and task.counts["dropped_lines"] == 1
+    closes = [why for e, _, why in events if e == "drop" and why.startswith("episode of")]
+    assert len(closes) == 5 and all("episode of 3 records dropped" in w for w in closes), events
+    assert "'reward' must be a number" in closes[0] and "reward nan" in closes[1] and "not JSON" in closes[2]
+    assert "'action' must be an integer" in closes[3] and "not UTF-8" in closes[4]
+    for b in bad:                                                   # online.bad_records=stop: each stops
+        task, _ = _stream_task([_rec(), b], bad_records="stop")
+        with pytest.raises(StreamError) as e:
+            _pump_all(task)
+        assert str(e.value).startswith("line 2: ")
+    # a bad record that ends its episode ends it (the next episode is not merged into the dropped one)
+    task, events = _stream_task([_rec(), _rec(done=True, reward="x"), _rec(), _rec(done=True)], group_size=1)
+    _pump_all(task)
+    assert task.episodes == 1 and task.dropped_episodes == 1
+
+
+def test_an_endless_episode_is_cut_once_and_flagged():
+    """issue 30: a stream that never ends an episode used to become many max_steps "episodes" (each a perfect
+    success on CartPole) that were trained on and used as gate evidence: now one truncated episode, a `cut`
+    event, the rest skipped, and a `stalled` event once 10 x max_steps records went by without an end."""
+    task, events = _stream_task([_rec() for _ in range(250)] + [_rec(done=True)] + [_rec(), _rec(done=True)],
+                                max_steps=20)
+    _pump_all(task)
+    assert task.episodes == 2 and task.counts["cut_episodes"] == 1 and task.counts["skipped_records"] == 231
+    kinds = [e for e, _, _ in events]
+    assert kinds == ["cut", "stalled"] and events[0][1] == "line 20" and events[1][1] == "line 220"
+    assert "online.max_steps=20" in events[0][2] and '"done"' in events[1][2]
+    ep = task.groups[0]
+    assert [len(e["actions"]) for e in ep] == [20, 2] and ep[0]["truncated"] and not ep[1]["truncated"]
+
+
+def test_unmatched_groups_are_counted_and_logged(tmp_path):
+    """issue 30: one-step episodes that each carry a new group key never make a group; they used to be forgotten
+    without a word (0 updates, no event). Each forgotten group is counted and logged, the first 20 one by one
+    and then every 1000th (a hostile stream cannot fill the disk), and the stop event has the totals."""
+    pol = linear_policy(tmp_path / "p.pt", GOOD, k=2.0)
+    text = "".join(_rec(done=True, group="k%d" % i) + "\n" for i in range(2100)) + "not json\n"
+    r = run_online(["--stream", "stdin", "--policy", pol, "--save-dir", tmp_path / "s"], stdin=text)
+    assert r.returncode == 0, r.stderr
+    dec = jsonl(str(tmp_path / "s" / "decisions.jsonl"))
+    unmatched = [d for d in dec if d["event"] == "unmatched"]
+    assert [d["count"] for d in unmatched] == list(range(1, 21)) + [1000, 2000]
+    assert "more than 64 groups were open" in unmatched[0]["reason"] and unmatched[0]["where"] == "group 'k0'"
+    stop = dec[-1]
+    assert stop["event"] == "stop" and stop["stopped"] == "end of stream" and stop["update"] == 0
+    assert stop["unmatched_groups"] == 2100 - 64 and stop["open_groups"] == 64 and stop["records"] == 2101
+    assert stop["bad_records"] == 1

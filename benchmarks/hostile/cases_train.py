@@ -494,8 +494,111 @@ def online_records(cid, bad):
 
 for cid, bad in (("online obs NaN", ("obs", float("nan"))), ("online obs 1e39", ("obs", 1e39)),
                  ("online reward 1e300", ("reward", 1e300)), ("online logp -Infinity", ("logp", float("-inf"))),
-                 ("online logp -1e30", ("logp", -1e30))):
+                 ("online logp -1e30", ("logp", -1e30)), ("online reward \"1.0\" (a string)", ("reward", "1.0")),
+                 ("online action 7 of 2", ("action", 7))):
     CASES.append(online_records(cid, bad))
+
+
+# issue 30: the stream as a service: every bad record one policy, endless episodes and lone groups flagged
+def _rec_line(done=False, **kw):
+    rec = {"obs": [0.1, -0.2, 0.03, 0.1], "action": 1, "reward": 1.0}
+    rec.update(kw)
+    if done:
+        rec["done"] = True
+    return json.dumps(rec).encode() + b"\n"
+
+
+def _episodes(n, steps=5, **kw):
+    return b"".join(b"".join(_rec_line(done=t == steps - 1, **kw) for t in range(steps)) for _ in range(n))
+
+
+def online_stream(cid, payload, expect_events, expect_updates):
+    """A stdin stream (bytes): exit 0, the expected events in decisions.jsonl, and training where it should."""
+    def fn(ctx):
+        _policy(ctx)
+        path = ctx.work / "stream.bin"
+        path.write_bytes(payload())
+        r = ctx.online(["--stream", "stdin", "--policy", "pol.pt", "--save-dir", "on", "--set", "grpo.group_size=2",
+                        "--set", "training.batch_size=1", "--set", "online.export_onnx=false", "-q"], stdin=path)
+        status, note = classify_ok(r)
+        if status != "clean":
+            return status, note
+        dec = [json.loads(line) for line in (ctx.work / "on" / "decisions.jsonl").read_text().splitlines()]
+        events = set(d["event"] for d in dec)
+        missing = [e for e in expect_events if e not in events]
+        if missing:
+            return "wrong", "no %s event (events: %s)" % (", ".join(missing), ", ".join(sorted(events)))
+        stop = dec[-1]
+        if (stop.get("update", 0) > 0) != expect_updates:
+            return "wrong", "%d updates where %s expected" % (stop.get("update", 0), "some" if expect_updates else "none")
+        return "clean", "%s logged; %d updates; %s" % (", ".join(expect_events) or "nothing dropped", stop["update"],
+                                                      r.last_line()[:80])
+    return {"id": cid, "cls": "online stream", "fn": fn, "fast": False}
+
+
+CASES += [
+    online_stream("online stream starts with a BOM", lambda: b"\xef\xbb\xbf" + _episodes(24), [], True),
+    online_stream("online bytes that are not UTF-8", lambda: _episodes(8) + b"\xff\xfe\x00junk\n" + _episodes(16),
+                  ["drop"], True),
+    online_stream("online a line of 2 MB", lambda: _episodes(8) + b"1" * (2 << 20) + b"\n" + _episodes(16),
+                  ["drop"], True),
+    online_stream("online an episode that never ends", lambda: _episodes(1, steps=6000), ["cut", "stalled"], False),
+    online_stream("online 5000 lone group keys", lambda: b"".join(_rec_line(done=True, group="k%d" % i)
+                                                                   for i in range(5000)), ["unmatched"], False),
+]
+
+
+def online_tcp_clients(ctx):
+    """A TCP stream: clients that reset mid-record, close mid-record, send bytes that are not UTF-8 or an
+    over-long line; then a client with good episodes. The server must keep listening and train on those."""
+    import socket
+    import struct
+    _policy(ctx)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = subprocess.Popen([sys.executable, "-m", "grpo_edge.online", "--stream", "tcp:%d" % port, "--policy", "pol.pt",
+                          "--save-dir", "on", "--set", "grpo.group_size=2", "--set", "training.batch_size=1",
+                          "--set", "online.export_onnx=false", "--max-updates", "3", "-q"], cwd=str(ctx.work),
+                         env=ctx.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def send(payload, reset=False):
+        for _ in range(100):
+            try:
+                c = socket.create_connection(("127.0.0.1", port))
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            return
+        try:
+            c.sendall(payload)
+            if reset:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        c.close()
+    try:
+        send(_episodes(2) + b'{"obs": [0.1, ', reset=True)
+        send(_episodes(2) + b'{"obs": [0.1, ')
+        send(b"\xff\xfe\n" + _episodes(2))
+        send(b"7" * (2 << 20) + b"\n")
+        send(_episodes(40))
+        out, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return "wrong", "the server stopped serving (timed out waiting for 3 updates)"
+    if "Traceback" in err.decode("utf-8", "replace"):
+        return "traceback", err.decode("utf-8", "replace").strip().splitlines()[-1]
+    if p.returncode != 0:
+        return "wrong", "exit %s: %s" % (p.returncode, err.decode("utf-8", "replace").strip()[-200:])
+    drops = (ctx.work / "on" / "decisions.jsonl").read_text().count('"drop"')
+    return "clean", "3 updates after %d drop events; the server kept listening" % drops
+
+
+CASES.append({"id": "online TCP clients that reset, cut off, send junk", "cls": "online stream",
+              "fn": online_tcp_clients, "fast": False})
 
 
 def online_env_nan(ctx):

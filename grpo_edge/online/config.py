@@ -30,6 +30,8 @@ ONLINE_KEYS = [
     ("checkpoint_every", 5, "updates between state.pt writes (a restart loses at most this many)"),
     ("max_updates", 0, "stop after this many updates in total (0: run until stopped / end of stream)"),
     ("max_memory", "1.5G", "RSS budget of the process (bytes, or 800M / 1.5G); bounds the buffers"),
+    ("bad_records", "drop", "stream: a record training cannot use (not UTF-8, too long, not JSON, a wrong field, "
+                            "NaN / out-of-range numbers): 'drop' its episode and log it, or 'stop' the trainer"),
     ("buffer_groups", 8, "stream: complete groups buffered for training (fewer if max_memory says so)"),
     ("export_onnx", True, "write served.onnx next to served.pt when torch.onnx can export here"),
     ("threads", 1, "torch CPU threads (1 is fastest for small policies)"),
@@ -182,6 +184,7 @@ def _validate(cfg):
         raise ConfigError("online.env_kwargs must be a mapping {key: value}, got %r" % (o["env_kwargs"],))
     validate.check_finite_tree("online.env_kwargs", o["env_kwargs"])
     validate.check_finite_tree("online.env_schedule", o["env_schedule"])
+    validate.check_choice("online.bad_records", o["bad_records"], ("drop", "stop"))
     if not isinstance(o["export_onnx"], bool):
         raise ConfigError("online.export_onnx must be true or false, got %r" % (o["export_onnx"],))
     parse_memory(o["max_memory"])

@@ -40,6 +40,7 @@ from grpo_edge.errors import ConfigError, GrpoEdgeError, NonFiniteError
 from grpo_edge.online.config import ONLINE_KEYS, load_online_config, parse_memory, private_bytes, rss_bytes
 
 MAX_NONFINITE_IN_A_ROW = 10
+EVENTS_IN_FULL, EVENTS_EVERY = 20, 1000     # stream events logged one by one, then every 1000th
 
 # ---------------------------------------------------------------------------------------------- runner
 class OnlineRunner(object):
@@ -89,8 +90,9 @@ class OnlineRunner(object):
         self.trainer = Trainer(copy.deepcopy(served), self.task, cfg, device=self.device)
         self.counters = {"update": 0, "gates": 0, "promotions": 0, "rollbacks": 0, "nonfinite": 0}
         self._nonfinite_in_a_row = 0
-        if hasattr(self.task, "on_drop"):
-            self.task.on_drop = self._on_drop
+        self._event_counts = {}
+        if hasattr(self.task, "on_event"):
+            self.task.on_event = self._on_event
         if os.path.exists(self.paths["state.pt"]):
             self._resume()
         else:
@@ -123,7 +125,7 @@ class OnlineRunner(object):
         lines = (stdin_lines(bound) if o["stream"] == "stdin"
                  else tcp_lines(int(o["stream"].split(":", 1)[1]), max_bytes=bound))
         return StreamTask(lines, o["stream"], d, n_act, G, o["max_steps"], o["eval_episodes"], o["holdout_every"],
-                          max(int(t["batch_size"]), min(o["buffer_groups"], fit)))
+                          max(int(t["batch_size"]), min(o["buffer_groups"], fit)), bad_records=o["bad_records"])
 
     # ------------------------------------------------------------------ files
     def _log(self, name, rec):
@@ -218,10 +220,17 @@ class OnlineRunner(object):
         os.replace(path + ".tmp", path)
         return last - update
 
-    def _on_drop(self, where, reason):
-        self._log("decisions.jsonl", {"event": "drop", "update": self.counters["update"], "where": where,
-                                      "reason": reason})
-        self.echo("%s: %s" % (where, reason))
+    def _on_event(self, event, where, reason):
+        """A stream event (drop, cut, stalled, unmatched): the first EVENTS_IN_FULL of each kind are logged,
+        then every EVENTS_EVERY-th with its running count (a hostile stream cannot fill the disk); the stop
+        event has the totals."""
+        n = self._event_counts[event] = self._event_counts.get(event, 0) + 1
+        if n > EVENTS_IN_FULL and n % EVENTS_EVERY:
+            return
+        self._log("decisions.jsonl", {"event": event, "update": self.counters["update"], "where": where,
+                                      "reason": reason, "count": n})
+        self.echo("%s: %s%s" % (where, reason, "" if n < EVENTS_IN_FULL else
+                                " (%d %s events so far; now logging every %d-th)" % (n, event, EVENTS_EVERY)))
 
     def reject_update(self, err):
         """A NaN / inf reward, loss, gradient or weight: the candidate goes back to the served weights (Adam
@@ -245,6 +254,8 @@ class OnlineRunner(object):
         c = self.task.evaluate(cand_model)
         rec = {"event": "gate", "update": self.counters["update"], "served_eval": s["return"],
                "candidate_eval": c["return"], "margin": float(self.o["margin"]), "eval_n": s["n"]}
+        if "ess" in c:          # stream: effective sample size of the importance-sampling estimates
+            rec.update(served_ess=s.get("ess"), candidate_ess=c["ess"])
         bad = weights_problem(list(cand_model.state_dict().values()))
         if bad is not None:                                 # never reaches served.pt (train_step checks too)
             rec["decision"] = "rollback"
@@ -307,47 +318,66 @@ class OnlineRunner(object):
             raise KeyboardInterrupt()
 
     def run(self):
-        """Update until max_updates, a stop signal or the end of the stream. Returns a summary dict."""
-        from grpo_edge.online.sources import StreamEnded
+        """Update until max_updates, a stop signal or the end of the stream. Returns a summary dict. An error
+        (a bad record under online.bad_records=stop, the memory budget, non-finite updates) saves state.pt,
+        writes the `stop` event with the error, and is raised."""
         old = [signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)]
-        reason = "max_updates"
         t0 = time.time()
         try:
-            while not self.stop:
-                if self.o["max_updates"] and self.counters["update"] >= self.o["max_updates"]:
-                    break
-                try:
-                    m = self.trainer.train_step()
-                except NonFiniteError as e:
-                    self.reject_update(e)
-                    continue
-                self._nonfinite_in_a_row = 0
-                self.counters["update"] = u = self.trainer.step
-                used = self.memory_used()
-                rec = {"update": u, "reward_mean": m["reward_mean"], "loss": m.get("loss"),
-                       "episodes": self.task.episodes, "served_version": self.version,
-                       "rss_mb": rss_bytes() / 2.0 ** 20, "memory_mb": used / 2.0 ** 20, "step_time": m["step_time"]}
-                if self.device.type == "cuda":       # memory_mb counts the GPU allocator's share too
-                    rec["cuda_reserved_mb"] = torch.cuda.memory_reserved(self.device) / 2.0 ** 20
-                self._log("metrics.jsonl", rec)
-                if u % self.o["gate_every"] == 0:
-                    self.gate()
-                elif u % self.o["checkpoint_every"] == 0:
-                    self.save_state()
-                self.check_memory(used)
-            else:
-                reason = "signal"
-        except StreamEnded:
-            reason = "end of stream"
-        except KeyboardInterrupt:
-            reason = "signal"
+            reason = self._loop()
+        except GrpoEdgeError as e:            # between updates: the state is consistent, keep it
+            self.save_state()
+            self._stop_event("error: %s" % e, t0)
+            raise
+        except Exception as e:                # a bug: the state may be half-updated, state.pt keeps the last good one
+            self._stop_event("crash: %s: %s" % (type(e).__name__, str(e).strip()[:200]), t0)
+            raise
         finally:
             for s, h in zip((signal.SIGTERM, signal.SIGINT), old):
                 signal.signal(s, h)
         self.save_state()
-        summary = dict(self.counters, served_version=self.version,
-                       dropped_episodes=getattr(self.task, "dropped_episodes", 0), stopped=reason, episodes=self.task.episodes,
+        return self._stop_event(reason, t0)
+
+    def _loop(self):
+        from grpo_edge.online.sources import StreamEnded
+        try:
+            while not self.stop:
+                if self.o["max_updates"] and self.counters["update"] >= self.o["max_updates"]:
+                    return "max_updates"
+                self._update()
+            return "signal"
+        except StreamEnded:
+            return "end of stream"
+        except KeyboardInterrupt:
+            return "signal"
+
+    def _update(self):
+        try:
+            m = self.trainer.train_step()
+        except NonFiniteError as e:
+            self.reject_update(e)
+            return
+        self._nonfinite_in_a_row = 0
+        self.counters["update"] = u = self.trainer.step
+        used = self.memory_used()
+        rec = {"update": u, "reward_mean": m["reward_mean"], "loss": m.get("loss"),
+               "episodes": self.task.episodes, "served_version": self.version,
+               "rss_mb": rss_bytes() / 2.0 ** 20, "memory_mb": used / 2.0 ** 20, "step_time": m["step_time"]}
+        if self.device.type == "cuda":       # memory_mb counts the GPU allocator's share too
+            rec["cuda_reserved_mb"] = torch.cuda.memory_reserved(self.device) / 2.0 ** 20
+        self._log("metrics.jsonl", rec)
+        if u % self.o["gate_every"] == 0:
+            self.gate()
+        elif u % self.o["checkpoint_every"] == 0:
+            self.save_state()
+        self.check_memory(used)
+
+    def _stop_event(self, reason, t0):
+        summary = dict(self.counters, served_version=self.version, stopped=reason, episodes=self.task.episodes,
                        wall_s=round(time.time() - t0, 2), rss_mb=round(rss_bytes() / 2.0 ** 20, 1))
+        counts = getattr(self.task, "counts", None)
+        if counts is not None:                 # stream: what was dropped, cut, skipped or never grouped
+            summary.update(counts, records=self.task.records, open_groups=self.task.open_groups)
         self._log("decisions.jsonl", dict(summary, event="stop"))
         return summary
 

@@ -17,9 +17,12 @@ Record format of a stream (one JSON object per line, UTF-8; see docs/online.md):
 done or truncated true. A group is G episodes: by default G consecutive episodes; with a "group" key,
 the G episodes that carry the same key (for instance the same start configuration of a robot).
 
-A record that is well-formed but carries numbers training cannot use (NaN / inf or |obs| > 1e9 in
-float32, |reward| > 1e6, a logp that is not finite or below -50) does not stop the stream: its whole
-episode is dropped, and the reason is reported (decisions.jsonl "drop" events, `dropped_episodes`).
+One policy for every bad record (online.bad_records): a line that is not UTF-8, over the line bound, not
+JSON, with a missing or wrong field, or with numbers training cannot use (NaN / inf or |obs| > 1e9 in
+float32, |reward| > 1e6, a logp that is not finite or below -50). "drop" (the default): the record's whole
+episode is dropped and the reason reported (decisions.jsonl "drop" events, `dropped_episodes`); "stop":
+the trainer stops with one line naming it. A connection that resets or ends mid-record is not a bad
+record: that connection ends, its episode in progress is dropped, the server keeps listening.
 """
 import json
 import math
@@ -234,7 +237,7 @@ def _decode(raw):
     if not isinstance(raw, bytes):
         return raw
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").lstrip("\ufeff")          # a byte-order mark (Windows editors) is not data
     except UnicodeDecodeError as e:
         return Dropped("bytes that are not UTF-8 (at byte %d of the line): the record is dropped" % e.start)
 
@@ -319,6 +322,10 @@ def _connection_lines(conn, conn_no, max_bytes):
 
 
 OBS_LIMIT = 1e9          # |obs| in float32
+MAX_OPEN_GROUPS = 64     # group keys waiting for their G-th episode; the oldest beyond this is forgotten
+STALLED = 10             # records skipped after a cut, in units of max_steps, before a "stalled" event
+COUNTS = ("bad_records", "dropped_lines", "dropped_episodes", "cut_episodes", "skipped_records",
+          "unmatched_groups", "unmatched_episodes")
 REWARD_LIMIT = 1e6       # |reward| per step: group statistics of larger values overflow float32
 LOGP_MIN = -50.0         # exp(logp_new - logp_old) of an action below this overflows the clipped ratio
 
@@ -335,6 +342,15 @@ def record_problem(rec):
     if logp is not None and (not math.isfinite(logp) or logp < LOGP_MIN):
         return "logp %r is not a finite log-probability >= %g" % (logp, LOGP_MIN)
     return None
+
+
+def _ends_episode(text):
+    """Whether a record training cannot use still says it ends its episode ("done" / "truncated" true)."""
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(rec, dict) and (rec.get("done") is True or rec.get("truncated") is True)
 
 
 def parse_record(text, where, obs_dim, n_actions):
@@ -384,22 +400,33 @@ class StreamTask(object):
     higher_is_better = True
 
     def __init__(self, lines, source, obs_dim, n_actions, group_size, max_steps, eval_episodes,
-                 holdout_every, buffer_groups):
+                 holdout_every, buffer_groups, bad_records="drop"):
         self.name = "online:%s" % source
         self.lines = lines
         self.obs_dim, self.n_actions, self.group_size = int(obs_dim), int(n_actions), int(group_size)
         self.max_steps = int(max_steps)
         self.holdout_every = int(holdout_every)
+        self.bad_records = bad_records                     # "drop" or "stop" (online.bad_records)
         self.behaviour = None
         self.groups = deque(maxlen=int(buffer_groups))     # complete groups waiting to be trained on
         self.eval_eps = deque(maxlen=int(eval_episodes))   # held-out episodes for the gate
         self._open = OrderedDict()                          # group key -> episodes so far
         self._steps = []                                    # records of the episode in progress
         self.episodes = self.records = self.complete_groups = 0
-        self.dropped_episodes = self.dropped_lines = 0
+        self.counts = dict((k, 0) for k in COUNTS)          # what was dropped, cut, skipped, forgotten
         self._bad = None                                    # why the episode in progress will be dropped
-        self.on_drop = None                                 # fn(where, reason): the runner logs it
+        self._skipping = None                               # records skipped since an episode was cut
+        self.on_event = None                                # fn(event, where, reason): the runner logs it
         self.io_wait = False
+
+    @property
+    def dropped_episodes(self):
+        return self.counts["dropped_episodes"]
+
+    @property
+    def open_groups(self):
+        """Group keys still waiting for their G-th episode."""
+        return len(self._open)
 
     def model_kwargs(self):
         return {"obs_dim": self.obs_dim, "n_actions": self.n_actions}
@@ -409,6 +436,10 @@ class StreamTask(object):
                 "input_shape": [self.obs_dim], "input_dtype": "float32", "max_steps": self.max_steps}
 
     # ---------------------------------------------------------------- reading records
+    def _event(self, event, where, reason):
+        if self.on_event is not None:
+            self.on_event(event, where, reason)
+
     def _pump(self):
         """Read one record; close episodes and groups as they complete."""
         self.io_wait = True
@@ -421,40 +452,77 @@ class StreamTask(object):
         if isinstance(text, Dropped):
             self._dropped_line(where, text)
             return
+        text = text.lstrip("\ufeff")
         if not text.strip():
             return
-        rec = parse_record(text, where, self.obs_dim, self.n_actions)
         self.records += 1
+        try:
+            rec = parse_record(text, where, self.obs_dim, self.n_actions)
+        except StreamError as e:
+            self._bad_record(where, str(e).split(": ", 1)[-1], _ends_episode(text))
+            return
         problem = record_problem(rec)
-        if problem is not None and self._bad is None:
-            self._bad = (where, problem)
         if problem is not None:           # keep the episode's shape (done / group), drop its numbers
-            rec = (np.zeros(self.obs_dim, dtype=np.float32),) + (rec[1], 0.0) + rec[3:5] + (None, rec[6])
+            self._bad_record(where, problem, rec[3] or rec[4])
+            return
+        if self._skipping is not None:     # the rest of an episode cut at max_steps
+            self._skip(where, rec[3] or rec[4])
+            return
         self._steps.append(rec)
-        if rec[3] or rec[4] or len(self._steps) >= self.max_steps:
+        if rec[3] or rec[4]:
             self._close_episode(truncated=not rec[3])
+        elif len(self._steps) >= self.max_steps:
+            self.counts["cut_episodes"] += 1
+            self._event("cut", where, "episode reached online.max_steps=%d records without done / truncated: kept "
+                        "as one truncated episode, its later records skipped until one ends it (raise max_steps "
+                        "if episodes are this long)" % self.max_steps)
+            self._close_episode(truncated=True)
+            self._skipping = 0
+
+    def _skip(self, where, ends_episode):
+        """One record of an episode cut at max_steps: skipped; a "stalled" event when no end comes."""
+        self._skipping += 1
+        self.counts["skipped_records"] += 1
+        if self._skipping == STALLED * self.max_steps:
+            self._event("stalled", where, "no record has ended an episode for %d records: does the robot send "
+                        "\"done\" / \"truncated\"? (nothing is trained on until one does)" % self._skipping)
+        if ends_episode:
+            self._skipping = None
+
+    def _bad_record(self, where, problem, ends_episode):
+        """online.bad_records: "stop" raises; "drop" drops the record's episode (when it closes)."""
+        self.counts["bad_records"] += 1
+        if self.bad_records == "stop":
+            raise StreamError("%s: %s" % (where, problem))
+        if self._skipping is not None:     # part of an episode already cut: skipped anyway
+            self._skip(where, ends_episode)
+            return
+        if self._bad is None:
+            self._bad = (where, problem)
+        self._steps.append(None)
+        if ends_episode or len(self._steps) >= self.max_steps:
+            self._close_episode(truncated=True)
 
     def _dropped_line(self, where, d):
-        """A line the stream could not read: logged; the episode in progress loses a step, so it is dropped when
-        it closes, or now when its connection ended."""
-        self.dropped_lines += 1
-        if self.on_drop is not None:
-            self.on_drop(where, d.reason)
-        if d.ends_connection:              # its episode in progress cannot go on: dropped now
-            if self._steps:
-                self.dropped_episodes += 1
-            self._steps, self._bad = [], None
-        elif self._bad is None:
-            self._bad = (where, d.reason)
+        """A line the stream could not read: a bad record, or the end of a connection (its episode in progress
+        cannot go on and is dropped now, whatever online.bad_records says)."""
+        self.counts["dropped_lines"] += 1
+        if not d.ends_connection:
+            self._event("drop", where, d.reason)
+            self._bad_record(where, d.reason, False)
+            return
+        self._event("drop", where, d.reason)
+        if self._steps:
+            self.counts["dropped_episodes"] += 1
+        self._steps, self._bad, self._skipping = [], None, None
 
     def _close_episode(self, truncated):
         steps, self._steps = self._steps, []
         if self._bad is not None:
             where, problem = self._bad
             self._bad = None
-            self.dropped_episodes += 1
-            if self.on_drop is not None:
-                self.on_drop(where, "episode of %d records dropped: %s" % (len(steps), problem))
+            self.counts["dropped_episodes"] += 1
+            self._event("drop", where, "episode of %d records dropped: %s" % (len(steps), problem))
             return
         obs = np.stack([s[0] for s in steps])                              # (T, d)
         actions = np.array([s[1] for s in steps], dtype=np.int64)          # (T,)
@@ -479,8 +547,13 @@ class StreamTask(object):
                 self.eval_eps.extend(group)
             else:
                 self.groups.append(group)
-        while len(self._open) > 64:                         # bounded: forget the oldest unfinished group
-            self._open.popitem(last=False)
+        while len(self._open) > MAX_OPEN_GROUPS:            # bounded: forget the oldest unfinished group
+            key, eps = self._open.popitem(last=False)
+            self.counts["unmatched_groups"] += 1
+            self.counts["unmatched_episodes"] += len(eps)
+            self._event("unmatched", "group %r" % key, "forgotten with %d of %d episodes: more than %d groups were "
+                        "open at once (episodes with the same \"group\" key make a group of grpo.group_size)"
+                        % (len(eps), self.group_size, MAX_OPEN_GROUPS))
 
     # ---------------------------------------------------------------- the core Task interface
     def rollout(self, policy, num_groups, group_size, generator=None):
@@ -527,13 +600,14 @@ class StreamTask(object):
         return {"return": float(est), "n": len(eps), "ess": ess}
 
     def get_state(self):
-        return {"episodes": self.episodes, "records": self.records, "dropped_episodes": self.dropped_episodes}
+        return dict(self.counts, episodes=self.episodes, records=self.records)
 
     def set_state(self, state):
         if state:
             self.episodes = int(state.get("episodes", 0))
             self.records = int(state.get("records", 0))
-            self.dropped_episodes = int(state.get("dropped_episodes", 0))
+            for k in COUNTS:
+                self.counts[k] = int(state.get(k, 0))
 
     def shrink(self):
         """Memory pressure: drop the groups waiting to be trained on (held-out episodes stay)."""
