@@ -110,6 +110,8 @@ def test_torchrun_cli_rank0_writes(tmp_path):
     state = torch.load(str(run / "last.pt"), weights_only=True)
     assert state["step"] == 2 and len(state["shard_states"]) == 2
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
+    out = res.stdout.decode()
+    assert out.count("done: ") == 1 and out.count("device: ") == 1, out[-2000:]     # rank 0 speaks for all
 
 
 @pytest.mark.slow

@@ -192,6 +192,8 @@ def test_memory_budget_and_config_errors_are_one_line(tmp_path):
     r = run_online(["--env", ENV, "--save-dir", tmp_path / "m", "--max-memory", "50M", "--max-updates", 3])
     assert r.returncode == 2 and r.stderr.startswith("error: process RSS") and len(r.stderr.strip().splitlines()) == 1
     assert load_checkpoint(str(tmp_path / "m" / "state.pt"))["online"]["update"] == 1      # saved before leaving
+    stop = jsonl(str(tmp_path / "m" / "decisions.jsonl"))[-1]                        # and the stop says why
+    assert stop["event"] == "stop" and stop["stopped"].startswith("error: process RSS") and stop["update"] == 1
     for sets, msg in ((["online.marginn=1"], "did you mean 'margin'"),
                       (["online.env=\"x:Y\"", "online.stream=\"stdin\""], "exactly one of online.env"),
                       (["online.env=\"%s\"" % ENV, "online.max_memory=\"lots\""], "max_memory must be a size")):
@@ -396,3 +398,74 @@ def test_unmatched_groups_are_counted_and_logged(tmp_path):
     assert stop["event"] == "stop" and stop["stopped"] == "end of stream" and stop["update"] == 0
     assert stop["unmatched_groups"] == 2100 - 64 and stop["open_groups"] == 64 and stop["records"] == 2101
     assert stop["bad_records"] == 1
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ('[[640, {"lenght": 0.1}]]', 'entry [640, {"lenght": 0.1}]: CartPole has no parameter \'lenght\''),
+    ('[[640, {"length": -1}]]', 'entry [640, {"length": -1}]: CartPole length must be > 0, got -1'),
+    ('[[640, {"length": "short"}]]', "CartPole length must be a finite number, got 'short'"),
+    ('[[-1, {"length": 0.2}]]', "the episode count must be >= 0"),
+])
+def test_env_schedule_is_checked_at_start(tmp_path, schedule, message):
+    """issue 30: a misspelt parameter used to run until the schedule's episode, then end in a traceback;
+    {"length": -1} was accepted. Each entry is now applied to a probe env at start: one line, nothing written."""
+    r = run_online(["--env", ENV, "--save-dir", tmp_path / "s", "--max-updates", 1, "--set",
+                    "online.env_schedule=%s" % schedule])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: online.env_schedule entry") and message in r.stderr
+    assert not (tmp_path / "s" / "served.pt").exists()
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "grpo_edge.cli.main"] + [str(a) for a in args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_the_cli_evaluates_calibrates_and_deploys_served_pt(tmp_path):
+    """issue 30: `eval`, `calibrate` and `deploy` take the online trainer's served.pt. An env-trained policy is
+    evaluated in the world it last served (the env_schedule's changes in effect); a stream-trained one has no
+    env to rebuild: eval is one line saying so, and deploy works with --calibration."""
+    pol = linear_policy(tmp_path / "p.pt", GOOD)
+    r = run_online(["--env", ENV, "--policy", pol, "--save-dir", tmp_path / "e", "--max-updates", 2, "--set",
+                    "online.max_steps=200", "--set", "online.eval_episodes=2", "--set", "online.gate_every=2", "--set",
+                    "online.margin=1000", "--set", 'online.env_schedule=[[0, {"length": 0.25}]]'])
+    assert r.returncode == 0, r.stderr
+    served = tmp_path / "e" / "served.pt"
+    assert load_checkpoint(str(served))["task_meta"]["dynamics"] == {"length": 0.25}
+    ev = _cli("eval", served, "--n", 3, "--json")
+    assert ev.returncode == 0, ev.stderr
+    ret = json.loads(ev.stdout)["return"]
+    # the same greedy episodes by hand, on the short pole (eval's seeds are 10,000,000 + i)
+    model = load_policy(str(served))[0]
+    ref = []
+    for i in range(3):
+        env = CartPole(length=0.25)
+        obs, _ = env.reset(seed=10000000 + i)
+        total, done = 0.0, False
+        while not done and total < 200:
+            with torch.no_grad():
+                obs, rew, term, trunc, _ = env.step(int(model(torch.as_tensor(obs)[None]).argmax()))
+            total, done = total + rew, term or trunc
+        ref.append(total)
+    assert ret == pytest.approx(float(np.mean(ref)))
+    cal = _cli("calibrate", served, "--out", tmp_path / "c.npz", "--n", 64)
+    assert cal.returncode == 0 and np.load(str(tmp_path / "c.npz"))["obs"].shape == (64, 4), cal.stderr
+    dep = _cli("deploy", "--target", "rpi4", "--checkpoint", served, "--out", tmp_path / "pi")
+    assert dep.returncode == 0 and (tmp_path / "pi" / "model.int8.onnx").exists(), dep.stderr
+    # trained from a record stream: no env to rebuild
+    r = run_online(["--stream", "stdin", "--policy", served, "--save-dir", tmp_path / "s"],
+                   stdin=_records(pol, 64, with_logp=True))
+    assert r.returncode == 0, r.stderr
+    ev = _cli("eval", tmp_path / "s" / "served.pt")
+    assert ev.returncode == 2 and ev.stderr.startswith("error: this policy was trained online from a record stream")
+    assert len(ev.stderr.strip().splitlines()) == 1
+    dep = _cli("deploy", "--target", "esp32", "--checkpoint", tmp_path / "s" / "served.pt", "--out", tmp_path / "esp",
+               "--calibration", tmp_path / "c.npz", "--option", "tflm=false")
+    assert dep.returncode == 0, dep.stderr
+    assert "host_bit_exact: True" in dep.stdout
+    # the NumPy env class (reset / step, no gymnasium base class) trains through the CLI too
+    tr = _cli("train", "--set", "task.name=%s" % ENV, "--set", "training.steps=1", "--set", "task.eval_episodes=2",
+              "--set", "task.max_steps=50", "--save-dir", tmp_path / "run", "-q")
+    assert tr.returncode == 0 and (tmp_path / "run" / "last.pt").exists(), tr.stderr

@@ -206,7 +206,7 @@ def test_own_task_class_with_kwargs_trains_evaluates_and_deploys(project):
     (["task.name=mygrid:DictObs"], "error: mygrid:DictObs's observation space is Dict, which grpo-edge does not "
                                    "support (it takes Box or Discrete)"),
     (["task.name=mygrid:TwoActions"], "error: mygrid:TwoActions's action space is MultiDiscrete"),
-    (["task.name=mygrid:NotAnEnv"], "NotAnEnv has reset and step but does not inherit gymnasium.Env"),
+    (["task.name=mygrid:NotAnEnv"], "NotAnEnv has no observation_space: a gymnasium-API env declares"),
     (["task.name=mytasks:Loudest", 'task.kwargs={"m": 3}'],
      "error: task.kwargs for mytasks:Loudest: Loudest.__init__() got an unexpected keyword argument 'm'"),
     (["task.name=mytasks:Loudest", "task.kwargs=3"], "error: task.kwargs must be a mapping"),

@@ -640,6 +640,9 @@ for cid, sets in (("online training.lr=NaN", ["training.lr=NaN"]), ("online grpo
                   ("online training.lrr=1 (unknown)", ["training.lrr=1"]),
                   ("online model.activation=relu6", ['model.activation="relu6"']),
                   ("online margin NaN", ["online.margin=NaN"]), ("online env_kwargs list", ["online.env_kwargs=[1]"]),
+                  ("online env_schedule misspelt", ['online.env_schedule=[[10, {"lenght": 0.1}]]']),
+                  ("online env_schedule length -1", ['online.env_schedule=[[10, {"length": -1}]]']),
+                  ("online bad_records=skip", ['online.bad_records="skip"']),
                   ("online training.lr=3e-4 ok?", None)):
     if sets is None:
         def _ok(ctx):

@@ -76,6 +76,9 @@ def train(
     except KeyboardInterrupt:
         _say_interrupted(trainer, run_dir)
         raise typer.Exit(130)
+    from grpo_edge.core.distributed import is_main
+    if not is_main():                   # under torchrun every rank ran the same command: rank 0 speaks for all
+        return
     metric = summary["metric"]
     typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
                % (getattr(trainer.task, "display_name", summary["task"]), metric, summary["final_" + metric], summary["steps"], summary["wall_seconds"], run_dir))
@@ -112,6 +115,9 @@ def _say_interrupted(trainer, run_dir):
 
 
 def _echo_start(trainer):
+    from grpo_edge.core.distributed import is_main
+    if not is_main():
+        return
     typer.echo("device: %s (%s)" % (trainer.device, trainer.device_reason), err=True)
     for note in trainer.notes:
         typer.echo("note: %s" % note, err=True)
@@ -166,6 +172,8 @@ def eval_(
     seed = (state.get("config") or {}).get("training", {}).get("seed", 0)
     task = task_from_state(state, seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else 0)
     check_fits_task(model, task, checkpoint)
+    if getattr(task, "note", None):
+        typer.echo("note: %s" % task.note, err=True)
     res = task.evaluate(model, split, n)
     if json_out:
         typer.echo(json.dumps(res))

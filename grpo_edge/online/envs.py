@@ -33,6 +33,23 @@ class Space(object):
         return "Space(shape=%s, n=%s)" % (self.shape, self.n)
 
 
+def _check_param(name, value):
+    if name not in CartPole.PARAMS:
+        raise ValueError("CartPole has no parameter %r (parameters: %s)" % (name, ", ".join(CartPole.PARAMS)))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError("CartPole %s must be a finite number, got %r" % (name, value))
+    if name in ("gravity", "force_mag"):
+        if value < 0:
+            raise ValueError("CartPole %s must be >= 0, got %r" % (name, value))
+    elif value <= 0:
+        raise ValueError("CartPole %s must be > 0, got %r" % (name, value))
+    if name == "max_episode_steps":
+        if int(value) != value:
+            raise ValueError("CartPole max_episode_steps must be a whole number, got %r" % (value,))
+        return int(value)
+    return float(value)
+
+
 class CartPole(object):
     """Balance a pole on a cart by pushing left (action 0) or right (action 1).
 
@@ -47,9 +64,8 @@ class CartPole(object):
 
     def __init__(self, gravity=9.8, masscart=1.0, masspole=0.1, length=0.5, force_mag=10.0, tau=0.02,
                  x_limit=2.4, theta_limit=12 * 2 * math.pi / 360, max_episode_steps=500):
-        self.gravity, self.masscart, self.masspole, self.length = gravity, masscart, masspole, length
-        self.force_mag, self.tau, self.x_limit, self.theta_limit = force_mag, tau, x_limit, theta_limit
-        self.max_episode_steps = int(max_episode_steps)
+        self.set_dynamics(gravity=gravity, masscart=masscart, masspole=masspole, length=length, force_mag=force_mag,
+                          tau=tau, x_limit=x_limit, theta_limit=theta_limit, max_episode_steps=max_episode_steps)
         self.observation_space = Space((4,))
         self.action_space = Space((), n=2, dtype=np.int64)
         self.state = np.zeros(4, dtype=np.float64)
@@ -62,11 +78,10 @@ class CartPole(object):
         return dict((k, getattr(self, k)) for k in self.PARAMS)
 
     def set_dynamics(self, **params):
-        """Change physical parameters (takes effect from the next step); unknown names are an error."""
+        """Change physical parameters (takes effect from the next step); an unknown name, or a value outside
+        the physics (a mass, length, step or limit <= 0, a negative gravity or force) is a ValueError."""
         for k, v in params.items():
-            if k not in self.PARAMS:
-                raise ValueError("CartPole has no parameter %r (parameters: %s)" % (k, ", ".join(self.PARAMS)))
-            setattr(self, k, int(v) if k == "max_episode_steps" else float(v))
+            setattr(self, k, _check_param(k, v))
 
     def reset(self, seed=None, options=None):
         """Start an episode; `seed` re-seeds the start-state generator (as gymnasium does)."""

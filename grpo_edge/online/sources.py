@@ -93,6 +93,13 @@ def make_env_factory(spec, kwargs):
     return lambda: gym.make(spec, **kwargs)
 
 
+def _slug(name):
+    """'CartPole' -> 'cartpole', 'Pendulum-v1' -> 'pendulum_v1': the name deploy gives files and C symbols."""
+    import re
+    s = re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower()[:24].strip("_")
+    return ("env_" + s) if not s or s[0].isdigit() else s
+
+
 class EnvTask(object):
     """Experience from an environment, G episodes per group from the same seeded start, run in lockstep.
 
@@ -127,7 +134,8 @@ class EnvTask(object):
         self.eval_episodes = int(eval_episodes)
         self.behaviour = None            # the served policy; None: the policy being trained acts
         self.episodes = 0                # experience episodes so far (the schedule's clock)
-        self.schedule = sorted([int(at), dict(params)] for at, params in (schedule or []))
+        self.schedule = sorted(([int(at), dict(params)] for at, params in (schedule or [])), key=lambda e: e[0])
+        self._check_schedule()
         self._applied = 0                # schedule entries in effect
         self._envs, self._eval_envs = [], []
         self._rng = np.random.RandomState(seed)
@@ -153,11 +161,44 @@ class EnvTask(object):
                 raise ConfigError("online.env_schedule: %s has no attribute %r" % (self.spec, k))
             setattr(target, k, v)
 
+    def _check_schedule(self):
+        """Every schedule entry, applied in order to a probe env that then resets and steps: a misspelt parameter
+        or an impossible value is one line now, not a traceback after hours of training."""
+        if not self.schedule:
+            return
+        env = self._factory()
+        for i, (at, params) in enumerate(self.schedule):
+            what = "online.env_schedule entry [%d, %s]" % (at, json.dumps(params))
+            if at < 0:
+                raise ConfigError("%s: the episode count must be >= 0" % what)
+            try:
+                self._set(env, params)
+                obs, _ = env.reset(seed=0)
+                obs = env.step(self._probe_action())[0]
+            except ConfigError as e:
+                raise ConfigError("%s: %s" % (what, str(e).split(": ", 1)[-1]))
+            except Exception as e:
+                raise ConfigError("%s: %s" % (what, (str(e).strip().splitlines() or [type(e).__name__])[0]))
+            if not np.all(np.isfinite(np.asarray(obs, dtype=np.float64))):
+                raise ConfigError("%s: the env's first step after it gives a non-finite observation" % what)
+
+    def _probe_action(self):
+        if self.continuous:
+            return np.zeros(self.n_actions, dtype=np.float32)
+        return 0
+
     def _apply_schedule(self):
         while self._applied < len(self.schedule) and self.schedule[self._applied][0] <= self.episodes:
             for env in self._envs + self._eval_envs:
                 self._set(env, self.schedule[self._applied][1])
             self._applied += 1
+
+    def dynamics(self):
+        """The parameters the schedule has changed so far ({} = the env as constructed)."""
+        out = {}
+        for _, params in self.schedule[:self._applied]:
+            out.update(params)
+        return out
 
     def dynamics_phase(self):
         """How many schedule entries are in effect (0 = the original world)."""
@@ -172,7 +213,8 @@ class EnvTask(object):
 
     def checkpoint_meta(self):
         meta = {"env": self.spec, "obs_dim": self.obs_dim, "n_actions": self.n_actions,
-                "input_shape": [self.obs_dim], "input_dtype": "float32", "max_steps": self.max_steps}
+                "input_shape": [self.obs_dim], "input_dtype": "float32", "max_steps": self.max_steps,
+                "dynamics": self.dynamics(), "slug": _slug(self.spec.split(":")[-1])}
         if self.continuous:
             meta.update(action_space="Box", action_low=self.action_low, action_high=self.action_high)
         return meta

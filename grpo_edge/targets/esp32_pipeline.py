@@ -39,13 +39,13 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     if not from_checkpoint:
         return _prepare_onnx(source, out_dir, options, calib, activations, rounding, method, min_agreement)
     from grpo_edge.core.checkpoint import load_policy
-    from grpo_edge.tasks import task_from_state
     from grpo_edge.export.calibration import checkpoint2calibration, load_calibration, task_inputs
     from grpo_edge.export.torch2onnx import torch2onnx
     from grpo_edge.targets.contract import check_calibration
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model, state = load_policy(source)
+    task = _task_or_none(state, calib)      # before any work: a task that cannot be rebuilt needs --calibration
     fp32 = out_dir / "model.onnx"
     torch2onnx(model, fp32)
     check_compilable(fp32)
@@ -62,7 +62,8 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     from grpo_edge.tasks import task_slug
     options.setdefault("prefix", task_slug(state))
     options.setdefault("quantization", choice)
-    task = task_from_state(state, seed=EVAL_SEED)
+    if options.get("eval_inputs") is None and task is None:      # the calibration inputs (no task to sample)
+        options["eval_inputs"] = np.asarray(_single_input(data), dtype=np.float32)
     if options.get("eval_inputs") is None:
         options["eval_inputs"] = np.asarray(task_inputs(task, 1000, policy=model), dtype=np.float32)
     if options.get("task") is None and getattr(task, "kind", None) == "control":
@@ -70,6 +71,19 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     return Path(choice["chosen_path"]), options
 
 
+
+
+def _task_or_none(state, calib):
+    """The checkpoint's task; None for one no command can rebuild (the online trainer's record stream) when
+    --calibration gives the inputs instead; else its one-line error."""
+    from grpo_edge.errors import CheckpointError
+    from grpo_edge.tasks import task_from_state
+    try:
+        return task_from_state(state, seed=EVAL_SEED)
+    except CheckpointError:
+        if calib is None:
+            raise
+        return None
 
 
 def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method, min_agreement):

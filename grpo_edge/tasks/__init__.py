@@ -1,5 +1,6 @@
 """Task registry. Built-in tasks are imported lazily (gymnasium / scikit-learn only when used)."""
 import importlib
+import json
 
 from grpo_edge.errors import CheckpointError, ConfigError, GrpoEdgeError
 from grpo_edge.tasks.user_code import import_user_object
@@ -32,18 +33,16 @@ def task_class(name):
                                                      closest(name, TASKS) or _close_gym_ids(name)))
     if spec.startswith("grpo_edge."):
         module, cls = spec.split(":", 1)
-        return getattr(importlib.import_module(module), cls)
-    obj = import_user_object(name)
+        obj = getattr(importlib.import_module(module), cls)
+    else:
+        obj = import_user_object(name)
     if isinstance(obj, str):                           # 'module:Id', an env id the module registers
         return task_class(GYM_TASK)
-    from grpo_edge.tasks.control import is_env_class
-    if is_env_class(obj):
+    from grpo_edge.tasks.control import is_env_class, is_env_like
+    if is_env_class(obj) or is_env_like(obj):          # a plain reset / step class is wrapped (control.gym_adapter)
         return task_class(GYM_TASK)
-    if isinstance(obj, type) and all(callable(getattr(obj, a, None)) for a in ("reset", "step")) and not hasattr(
-            obj, "rollout"):
-        raise ConfigError("task %r: %s has reset and step but does not inherit gymnasium.Env, which gymnasium "
-                          "needs to make it: declare it as class %s(gymnasium.Env)"
-                          % (name, obj.__name__, obj.__name__))
+    if spec.startswith("grpo_edge."):
+        return obj
     if not isinstance(obj, type) or not all(hasattr(obj, a) for a in ("rollout", "logprobs", "evaluate")):
         raise ConfigError("task %r: %s is neither a gymnasium Env class nor a grpo-edge Task class "
                           "(rollout, logprobs, evaluate)" % (name, spec.split(":", 1)[1]))
@@ -146,6 +145,8 @@ def task_from_state(state: dict, seed: int = 0):
     name = state.get("task_class") or state.get("task") or task_cfg.get("name")
     if not name or not isinstance(name, str):
         raise CheckpointError("checkpoint names no task: cannot rebuild it")
+    if name.startswith(ONLINE_PREFIX) and not state.get("task_class"):
+        return _online_task(state, name[len(ONLINE_PREFIX):], seed)
     if state.get("task_class"):
         _check_importable(state["task_class"])
     allowed = getattr(task_class(name), "archs", None) if name in TASKS else None
@@ -161,3 +162,35 @@ def task_from_state(state: dict, seed: int = 0):
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError("cannot rebuild task %r from the checkpoint (%s)" % (name, msg[:300]))
+
+
+ONLINE_PREFIX = "online:"       # the online trainer's served.pt / state.pt: task "online:<env or stream>"
+
+
+def _online_task(state, source, seed):
+    """The task of a policy the online trainer served (grpo_edge/online): its environment as a control task,
+    with online.env_kwargs and the env_schedule changes in effect when it was saved (when the env's
+    constructor takes them; else the env as constructed, and `task.note` says so). A policy trained from a
+    record stream has no environment to rebuild: one line saying what to do instead."""
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    online = config.get("online") if isinstance(config.get("online"), dict) else {}
+    meta = state.get("task_meta") if isinstance(state.get("task_meta"), dict) else {}
+    if source == "stdin" or source.startswith("tcp:"):
+        raise CheckpointError("this policy was trained online from a record stream (%s), which no command can "
+                              "replay: evaluate it on the robot; deploy it with --calibration STATES.npz (states the "
+                              "robot recorded, one row per observation)" % source)
+    kwargs = dict(online.get("env_kwargs") or {})
+    cfg = {"env_kwargs": kwargs, "max_steps": int(meta.get("max_steps") or online.get("max_steps") or 500)}
+    dynamics = meta.get("dynamics") if isinstance(meta.get("dynamics"), dict) else {}
+    try:
+        if dynamics:
+            try:
+                return get_task(source, dict(cfg, env_kwargs=dict(kwargs, **dynamics)), seed=seed)
+            except ConfigError:          # the env's constructor does not take them: the env as constructed
+                task = get_task(source, cfg, seed=seed)
+                task.note = ("%s is rebuilt as constructed: its constructor does not take the env_schedule changes "
+                             "the policy last served (%s)" % (source, json.dumps(dynamics)))
+                return task
+        return get_task(source, cfg, seed=seed)
+    except GrpoEdgeError as e:
+        raise CheckpointError("cannot rebuild the online policy's environment %s (%s)" % (source, str(e)[:300]))

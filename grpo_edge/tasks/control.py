@@ -203,7 +203,7 @@ class GymTask(ControlTask):
 def env_slug(env_id):
     """'Pendulum-v1' -> 'pendulum_v1', 'ALE/Pong-v5' -> 'ale_pong_v5': a name for files and C symbols."""
     import re
-    s = re.sub(r"[^0-9a-zA-Z]+", "_", str(env_id)).strip("_").lower()
+    s = re.sub(r"[^0-9a-zA-Z]+", "_", str(env_id)).strip("_").lower()[:28].strip("_")    # C prefixes: <= 32
     return ("env_" + s) if not s or s[0].isdigit() else s
 
 
@@ -238,12 +238,56 @@ def registered_id(gym, env_id):
     module, name = env_id.split(":", 1)
     if isinstance(obj, str):
         return name
-    if not is_env_class(obj):
+    if not (is_env_class(obj) or is_env_like(obj)):
         raise ConfigError("%s is not a gymnasium Env class (nor a gymnasium id its module registers)" % env_id)
     gid = "grpo_edge_user/%s.%s-v0" % (module, name)
     if gid not in gym.registry:
-        gym.register(id=gid, entry_point=obj)
+        gym.register(id=gid, entry_point=obj if is_env_class(obj) else gym_adapter(obj))
     return gid
+
+
+def is_env_like(obj):
+    """A plain class with gymnasium-API reset / step that does not inherit gymnasium.Env (the online trainer's
+    NumPy envs, grpo_edge/online/envs.py, which must import without gymnasium on a Jetson)."""
+    return (isinstance(obj, type) and all(callable(getattr(obj, a, None)) for a in ("reset", "step"))
+            and not hasattr(obj, "rollout"))
+
+
+def gym_adapter(cls):
+    """A gymnasium.Env class around `cls` (is_env_like): its spaces become gymnasium's (an object with `n` a
+    Discrete, one with `shape` [and `low` / `high`] a float32 Box); reset / step / close are passed through."""
+    import gymnasium
+
+    def space(env, what):
+        sp = getattr(env, what, None)
+        if sp is None:
+            raise ValueError("%s has no %s: a gymnasium-API env declares observation_space and action_space "
+                             "(gymnasium spaces, or objects with shape / n)" % (cls.__name__, what))
+        if isinstance(sp, gymnasium.spaces.Space):
+            return sp
+        if getattr(sp, "n", None) is not None:
+            return gymnasium.spaces.Discrete(int(sp.n))
+        shape = tuple(int(d) for d in getattr(sp, "shape", ()))
+        low = np.broadcast_to(np.asarray(getattr(sp, "low", -np.inf), np.float32), shape)
+        high = np.broadcast_to(np.asarray(getattr(sp, "high", np.inf), np.float32), shape)
+        return gymnasium.spaces.Box(low=low, high=high, shape=shape, dtype=np.float32)
+
+    class Adapted(gymnasium.Env):
+        def __init__(self, **kwargs):
+            self.env = cls(**kwargs)
+            self.observation_space = space(self.env, "observation_space")
+            self.action_space = space(self.env, "action_space")
+
+        def reset(self, seed=None, options=None):
+            return self.env.reset(seed=seed) if options is None else self.env.reset(seed=seed, options=options)
+
+        def step(self, action):
+            return self.env.step(action)
+
+        def close(self):
+            getattr(self.env, "close", lambda: None)()
+    Adapted.__name__ = Adapted.__qualname__ = cls.__name__
+    return Adapted
 
 
 def is_env_class(obj):
