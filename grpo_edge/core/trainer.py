@@ -31,6 +31,7 @@ from grpo_edge.core import losses
 from grpo_edge.core import microbatch
 from grpo_edge.core.checkpoint import rng_state, set_rng_state
 from grpo_edge.core.devices import resolve_device  # noqa: F401  (re-exported: older imports)
+from grpo_edge.core.models._layers import double_backward
 from grpo_edge.errors import ConfigError
 
 
@@ -355,44 +356,52 @@ class Trainer(distributed.ShardedTrainerMixin):
         parts = microbatch.split(torch.arange(len(idx), device=idx.device), micro)
         w_policy = microbatch.weights(parts, ro.mask_loss[idx], g["loss_type"], True)
         w_value = microbatch.weights(parts, ro.mask_loss[idx], "tokens")
+        # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
+        tokens_total = num_tokens_total * len(idx) / max(1, len(keep))
         out = {"passes": float(len(parts))}
         for part, wp, wv in zip(parts, w_policy, w_value):
-            mb = ro.select(idx[part])
-            with self._autocast():
-                logp, ent = self.task.logprobs(self.policy, mb)
-            logp, ent = logp.float(), ent.float()
-            mask = mb.mask_loss
-            # dapo: normalise by the tokens of one pass over the batch, independent of minibatching
-            loss, st = losses.policy_loss(
-                logp, mb.old_logp, mb.advantages, mask, loss_type=g["loss_type"],
-                clip_eps=float(g["clip_eps"]), clip_eps_high=g["clip_eps_high"],
-                importance_level=g["importance_level"],
-                ref_logp=getattr(mb, "ref_logp", None), beta=float(g["beta"]),
-                kl_estimator=g["kl_estimator"], entropy=ent,
-                entropy_coef=float(g["entropy_coef"]), max_len=max_len,
-                num_tokens_total=num_tokens_total * len(idx) / max(1, len(keep)))
-            loss = wp * loss
-            if self.critic is not None:
-                values = self.task.values(self.critic, mb).float()
-                vl = losses.value_loss(values, mb.returns, mask)
-                loss = loss + wv * float(g["vf_coef"]) * vl
-                st["value_loss"] = float(vl.detach())
-            if lam > 0.0:                                  # one part only (micro is 0), wp == 1
-                pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
-                                                         float(g["target_grad_norm"]))
-                loss = loss + pen
-                st["grad_penalty"] = float(pen.detach())
-                st["policy_grad_norm"] = gnorm_pre
+            # the penalty differentiates a gradient: attention takes its twice-differentiable path, in the
+            # forward and in any recomputation (gradient checkpointing) during the backward passes
+            with double_backward(lam > 0.0):
+                st, loss = self._part_loss(ro.select(idx[part]), wp, wv, lam, max_len, tokens_total)
+                scaled = loss / accum
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
             share = len(part) / float(len(idx))
             for k, v in st.items():
                 out[k] = out.get(k, 0.0) + share * v
             out["loss"] = out.get("loss", 0.0) + float(loss.detach())
-            scaled = loss / accum
-            if self.scaler is not None:
-                self.scaler.scale(scaled).backward()
-            else:
-                scaled.backward()
         return out
+
+    def _part_loss(self, mb, wp, wv, lam, max_len, tokens_total):
+        """(stats, loss) of one micro-batch: the weighted policy loss, the critic's (PPO), the penalty."""
+        g = self.g
+        with self._autocast():
+            logp, ent = self.task.logprobs(self.policy, mb)
+        logp, ent = logp.float(), ent.float()
+        mask = mb.mask_loss
+        loss, st = losses.policy_loss(
+            logp, mb.old_logp, mb.advantages, mask, loss_type=g["loss_type"],
+            clip_eps=float(g["clip_eps"]), clip_eps_high=g["clip_eps_high"],
+            importance_level=g["importance_level"],
+            ref_logp=getattr(mb, "ref_logp", None), beta=float(g["beta"]),
+            kl_estimator=g["kl_estimator"], entropy=ent,
+            entropy_coef=float(g["entropy_coef"]), max_len=max_len, num_tokens_total=tokens_total)
+        loss = wp * loss
+        if self.critic is not None:
+            values = self.task.values(self.critic, mb).float()
+            vl = losses.value_loss(values, mb.returns, mask)
+            loss = loss + wv * float(g["vf_coef"]) * vl
+            st["value_loss"] = float(vl.detach())
+        if lam > 0.0:                                  # one part only (micro is 0), wp == 1
+            pen, gnorm_pre = losses.gradient_penalty(loss, self.policy.parameters(), lam,
+                                                     float(g["target_grad_norm"]))
+            loss = loss + pen
+            st["grad_penalty"] = float(pen.detach())
+            st["policy_grad_norm"] = gnorm_pre
+        return st, loss
 
     def _optimizer_step(self):
         clip = float(self.t["grad_norm_clip"])

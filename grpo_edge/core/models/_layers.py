@@ -30,12 +30,31 @@ def run_checkpointed(fn, *args):
 
 
 _HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+_DOUBLE_BACKWARD = [0]       # depth of double_backward() contexts
+
+
+class double_backward(object):
+    """Within this context attention takes the written-out MatMul / Softmax path, which autograd can
+    differentiate twice: the fused kernels (flash attention on the CPU, efficient / flash on CUDA) have no
+    derivative of their backward. The gradient penalty (grpo.grad_penalty_lambda) needs it."""
+
+    def __init__(self, on=True):
+        self.on = bool(on)
+
+    def __enter__(self):
+        _DOUBLE_BACKWARD[0] += self.on
+        return self
+
+    def __exit__(self, *exc):
+        _DOUBLE_BACKWARD[0] -= self.on
+        return False
 
 
 def _fused_attention_ok():
-    """F.scaled_dot_product_attention where it exists (torch >= 2) and the model is not being traced for
-    export: exported graphs keep the plain MatMul / Softmax ops that every runtime here takes."""
-    if not _HAS_SDPA or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+    """F.scaled_dot_product_attention where it exists (torch >= 2), the model is not being traced for
+    export (exported graphs keep the plain MatMul / Softmax ops that every runtime here takes) and no
+    second derivative is needed (double_backward)."""
+    if not _HAS_SDPA or _DOUBLE_BACKWARD[0] or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
         return False
     compiler = getattr(torch, "compiler", None)
     return not (compiler is not None and hasattr(compiler, "is_exporting") and compiler.is_exporting())
