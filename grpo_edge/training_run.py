@@ -21,6 +21,7 @@ from grpo_edge.core.checkpoint import load_checkpoint, save_checkpoint
 from grpo_edge.core.devices import resolve_device
 from grpo_edge.core.trainer import Trainer
 from grpo_edge.errors import CheckpointError, ConfigError, OutOfMemoryError
+from grpo_edge import sizes
 from grpo_edge.report import atomic_write_text
 
 
@@ -47,6 +48,33 @@ class NoSignalWatch(object):
             self.warned = True
             return True
         return False
+
+
+def _check_model_fits(model, task):
+    """A model passed in must be one the task takes (task.archs) with the task's sizes: one line, not an error
+    deep in torch at the first step."""
+    from grpo_edge.core.checkpoint import check_fits_task
+    from grpo_edge.errors import CheckpointError
+    arch, allowed = getattr(model, "arch", None), getattr(task, "archs", None)
+    if allowed and arch not in allowed:
+        from grpo_edge.tasks import DEFAULT_ARCH
+        fits = sorted(name for name, a in DEFAULT_ARCH.items() if a == arch and name not in ("gym", "text"))
+        raise ConfigError("the %s model does not fit task %s, which takes %s%s" % (
+            arch or type(model).__name__, task.name, ", ".join(allowed),
+            ("; pass task=%r (or another task for a %s)" % (fits[0], arch)) if fits else ""))
+    try:
+        check_fits_task(model, task, "the model")
+    except CheckpointError as e:
+        raise ConfigError(str(e).replace(": it was trained on another task", ""))
+
+
+def _record_what_runs(cfg, model, task):
+    """The run's config as it runs: the model passed in (its arch and sizes) and the task's name, so that
+    config.yaml, checkpoints and --resume describe this run, not the defaults it replaced."""
+    cfg.model = dict(model.config(), arch=model.arch) if hasattr(model, "config") else dict(cfg.model)
+    if isinstance(cfg.task, dict) and getattr(task, "name", None):
+        cfg.task["name"] = task.name
+    return cfg.to_dict()
 
 
 class GRPOTrainer(Trainer):
@@ -86,11 +114,17 @@ class GRPOTrainer(Trainer):
         if model is None:
             kwargs = {k: v for k, v in cfg.model.items() if k != "arch"}
             kwargs.update(task.model_kwargs())
+            sizes.check_before_build(cfg, task, kwargs, resolve_device(device or cfg.training.device))
             try:
                 model = build_model(cfg.model["arch"], **kwargs)
             except (TypeError, ValueError) as e:
                 raise ConfigError("model: %s cannot be built for task %s (%s)"
                                   % (cfg.model["arch"], task.name, str(e).splitlines()[0] if str(e) else e))
+        else:
+            _check_model_fits(model, task)
+            cfg_dict = _record_what_runs(cfg, model, task)
+        if hasattr(task, "check_model"):
+            task.check_model(model)                 # e.g. a text model's max_len against the task's sequences
         self.config_obj = cfg
         self.save_dir = Path(save_dir) if save_dir else None
         self.show_progress = progress and self.rank == 0

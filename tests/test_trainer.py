@@ -234,3 +234,48 @@ def test_run_folder_is_never_mixed(tmp_path):
     r = _cli(*(base[:-4] + ["--resume", "--set", "training.steps=2", "--set", "training.eval_n=2"]))
     assert r.returncode == 0, r.stderr
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_model_passed_in_must_fit_its_task_and_is_recorded(tmp_path):
+    """issue 31: GRPOTrainer(micro_gpt) paired it with CartPole and failed in torch; GRPOTrainer(model,
+    task='arithmetic') trained but config.yaml said arch mlp, task cartpole. Now: one line, and the run folder
+    records the model and the task that ran."""
+    import yaml
+    from grpo_edge.core.models import build_model
+    from grpo_edge.errors import ConfigError
+    from grpo_edge.tasks import get_task
+    vocab = get_task("arithmetic", {}).model_kwargs()
+    gpt = build_model("micro-gpt", d_model=32, n_layer=1, n_head=2, max_len=16, **vocab)
+    with pytest.raises(ConfigError) as e:
+        GRPOTrainer(gpt, progress=False)
+    assert str(e.value) == ("the micro-gpt model does not fit task cartpole, which takes mlp; pass "
+                            "task='arithmetic' (or another task for a micro-gpt)")
+    with pytest.raises(ConfigError, match="the mlp policy has obs_dim=8, task cartpole needs 4"):
+        GRPOTrainer(build_model("mlp", obs_dim=8, n_actions=2), progress=False)
+    tr = GRPOTrainer(gpt, task="arithmetic", save_dir=tmp_path, progress=False,
+                     config={"training": {"steps": 1, "batch_size": 2, "eval_every": 0, "warm_start_epochs": 0},
+                             "grpo": {"group_size": 2}})
+    tr.train()
+    cfg = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert cfg["model"]["arch"] == "micro-gpt" and cfg["model"]["d_model"] == 32 and cfg["task"]["name"] == "arithmetic"
+    state = load_checkpoint(tmp_path / "last.pt")
+    assert state["arch"] == "micro-gpt" and state["task"] == "arithmetic"
+
+
+@pytest.mark.parametrize("recipe, setting, message", [
+    ("arithmetic", "model.max_len=4", "error: model.max_len=4 is shorter than task arithmetic's longest sequence "
+                                      "(input 6 + completion 4 - 1 = 9 tokens); set model.max_len >= 9"),
+    ("zh_en_numbers", "model.max_len=8", "error: model.max_len=8 is shorter than task zh-en-numbers's longest"),
+    ("arithmetic", "model.max_len=1000000", "error: model: the micro-gpt (128.8M parameters, max_len 1000000"),
+    ("arithmetic", "training.batch_size=100000000", "error: training.batch_size=100000000 x grpo.group_size=8 = "
+                                                    "800.0M samples: the rollout alone needs at least"),
+    ("cartpole", "training.batch_size=100000000", "(15.6 KB each: up to 500 steps x (4 observation + 4) float32)"),
+])
+def test_sizes_are_checked_before_anything_is_allocated(tmp_path, recipe, setting, message):
+    """issue 31: these ran into out-of-memory tracebacks (one after two minutes and 38 GB) or a 59-line
+    ValueError; now one line with the estimate, before the model is built, and nothing written."""
+    from conftest import ROOT, cli_in, one_error_line
+    r = cli_in(tmp_path, "train", "-c", os.path.join(ROOT, "configs", recipe + ".yaml"), "--set", setting,
+               "--save-dir", tmp_path / "run", "-q")
+    assert message in one_error_line(r)
+    assert not (tmp_path / "run").exists()

@@ -120,6 +120,18 @@ CASES.append(train_error("yaml task.rewards: 3 (arith)", "config type", ["--set"
 CASES.append(train_error("train --device cuda without a GPU", "config value", ["--device", "cuda"]))
 CASES.append(train_error("train --latent-noise inf", "config nan/inf", ["--latent-noise", "inf"]))
 CASES.append(train_error("train --latent-noise nan", "config nan/inf", ["--latent-noise", "nan"]))
+# issue 31: sizes checked before anything is allocated; the gradient penalty and PPO on the text models
+CASES.append(train_error("set model.max_len=1000000 (arith)", "sizes", ["--set", "model.max_len=1000000"], base="arith"))
+CASES.append(train_error("set model.max_len=4 (arith)", "sizes", ["--set", "model.max_len=4"], base="arith"))
+CASES.append(train_error("set model.max_len=8 (zh-en)", "sizes", ["--set", "model.max_len=8"], base="zh_en"))
+CASES.append(train_error("set training.batch_size=100000000", "sizes", ["--set", "training.batch_size=100000000"]))
+CASES.append(train_error("set training.batch_size=100000000 (arith)", "sizes",
+                         ["--set", "training.batch_size=100000000"], base="arith"))
+CASES.append(train_ok("grad_penalty_lambda=0.3 (arith)", "text settings", ["--set", "grpo.grad_penalty_lambda=0.3"],
+                      base="arith", fast=False))
+CASES.append(train_ok("grad_penalty_lambda=0.3 (zh-en)", "text settings", ["--set", "grpo.grad_penalty_lambda=0.3"],
+                      base="zh_en", fast=False))
+CASES.append(train_ok("grpo.algo=ppo (zh-en)", "text settings", ["--set", "grpo.algo=ppo"], base="zh_en", fast=False))
 
 
 # ---------------------------------------------------------------------------------------------- YAML numbers

@@ -81,6 +81,22 @@ class TextTask(Task):
     def model_kwargs(self) -> dict:
         return {"vocab_size": self.tokenizer.vocab_size}
 
+    def check_model(self, model) -> None:
+        """One line when `model` cannot hold this task's longest sequence (its max_len): a decoder-only model
+        reads the input and the completion but its last token, an encoder-decoder each on its own side."""
+        max_len = (model.config() if hasattr(model, "config") else {}).get("max_len")
+        if not max_len:
+            return
+        n_in = int(self.encode_inputs([self.train_problems[0][0]]).shape[1])
+        if getattr(model, "arch", "") == "micro-gpt":
+            need, how = n_in + self.max_new_tokens - 1, "input %d + completion %d - 1" % (n_in, self.max_new_tokens)
+        else:
+            need, how = max(n_in, self.max_new_tokens), "the longer of input %d and completion %d" % (
+                n_in, self.max_new_tokens)
+        if max_len < need:
+            raise ConfigError("model.max_len=%d is shorter than task %s's longest sequence (%s = %d tokens); set "
+                              "model.max_len >= %d" % (max_len, self.name, how, need, need))
+
     def columns(self, split: str):
         """The data columns of `split`'s problems (a list of dicts, in problem order), or None."""
         return self.train_columns if split == "train" else self.test_columns
