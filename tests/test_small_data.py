@@ -313,21 +313,30 @@ def test_cli_bad_input_is_one_line(args, needle, capsys, monkeypatch):
 
 
 def test_cli_back_translation_en_to_zh(tmp_path, capsys, monkeypatch):
-    """--mono-path turns target-language (here Chinese) lines into synthetic (English, Chinese) pairs."""
-    from grpo_edge.data.bilingual import has_cjk
-    from grpo_edge.data.zh_numbers import int_to_zh
-    (tmp_path / "mono.txt").write_text("\n".join(int_to_zh(i) for i in range(20, 40)) + "\n", encoding="utf-8")
-    code, err = _cli(capsys, monkeypatch, "train", "-c", "tiny_transformer.yaml", "--mono-path", str(tmp_path / "mono.txt"), "--save-dir",
-             str(tmp_path / "run"), "-q", "--set", "task.max_number=30", "--set", "task.src_lang=en",
-             "--set", "task.tgt_lang=zh", "--set", "task.bt_epochs=5",
-             "--set", "model.d_model=16", "--set", "model.nhead=2", "--set", "model.num_layers=1",
-             "--set", "training.steps=1", "--set", "training.batch_size=2", "--set", "grpo.group_size=2")
+    """--mono-path turns target-language (here Chinese) lines into synthetic (English, Chinese) pairs, with
+    progress lines; pairs whose source does not translate back are dropped (issue 31)."""
+    from grpo_edge.data.bilingual import BilingualPairLoader, has_cjk
+    from grpo_edge.data.zh_numbers import int_to_en, int_to_zh
+    (tmp_path / "pairs.tsv").write_text("".join("%s\t%s\n" % (int_to_en(i), int_to_zh(i)) for i in range(100)
+                                                if i % 4 != 1), encoding="utf-8")
+    mono = [int_to_zh(i) for i in range(100) if i % 4 == 1]
+    (tmp_path / "mono.txt").write_text("\n".join(mono) + "\n", encoding="utf-8")
+    code, err = _cli(capsys, monkeypatch, "train", "-c", "tiny_transformer.yaml", "--mono-path", str(tmp_path / "mono.txt"),
+                     "--data-path", str(tmp_path / "pairs.tsv"), "--save-dir", str(tmp_path / "run"), "-q",
+                     "--set", "task.src_lang=en", "--set", "task.tgt_lang=zh", "--set", "training.warm_start_epochs=0",
+                     "--set", "model.d_model=16", "--set", "model.nhead=2", "--set", "model.num_layers=1",
+                     "--set", "training.steps=1", "--set", "training.batch_size=2", "--set", "grpo.group_size=2")
     assert code == 0, err
-    cfg = load_config(tmp_path / "run" / "config.yaml")
-    task = get_task("zh-en-numbers", cfg.task, seed=0)
-    synthetic = task.loader.synthetic_pairs
-    assert synthetic and all(not has_cjk(s) and has_cjk(t) for s, t in synthetic)
-    assert set(t for _, t in synthetic) <= set(int_to_zh(i) for i in range(31, 40))
+    assert "back-translation: reverse model (target -> source) step 800/800" in err
+    kept = int(err.split(" synthetic pairs kept of %d lines" % len(mono))[0].rsplit(" ", 1)[-1])
+    assert kept > 5, err
+    loader = BilingualPairLoader(src_lang="en", tgt_lang="zh", data_path=str(tmp_path / "pairs.tsv"), augment=True,
+                                 mono_path=str(tmp_path / "mono.txt"), progress=None)
+    synthetic = loader.synthetic_pairs
+    assert len(synthetic) == kept and all(not has_cjk(s) and has_cjk(t) for s, t in synthetic)
+    zh2en = dict((int_to_zh(i), int_to_en(i)) for i in range(100))
+    assert sum(zh2en[t] == s for s, t in synthetic) >= 0.8 * kept, synthetic
     with pytest.raises(GrpoEdgeError, match=r"mono.txt:1: monolingual text 'one' has no Chinese characters"):
         (tmp_path / "mono.txt").write_text("one\n", encoding="utf-8")
-        get_task("zh-en-numbers", cfg.task, seed=0)
+        BilingualPairLoader(src_lang="en", tgt_lang="zh", data_path=str(tmp_path / "pairs.tsv"), augment=True,
+                            mono_path=str(tmp_path / "mono.txt"))

@@ -348,23 +348,34 @@ def test_registry_defaults_cover_every_key():
 TINY_REVERSE = {"d_model": 32, "nhead": 2, "num_layers": 1, "dim_feedforward": 64}
 
 
-def test_back_translation_adds_pairs_in_the_right_direction(tmp_path):
+def test_back_translation_adds_pairs_in_the_right_direction(tmp_path, capfd):
+    """Synthetic pairs: generated Chinese source, real English target from mono.txt, never a held-out one; a
+    line that does not translate back (issue 31: 'hello world' became a pair with '四百四十四') is dropped;
+    progress lines go to stderr."""
     pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("\n".join("%s\t%s" % (int_to_zh(i), int_to_en(i)) for i in range(60) if i % 3), encoding="utf-8")
+    pairs.write_text("\n".join("%s\t%s" % (int_to_zh(i), int_to_en(i)) for i in range(90) if i % 3), encoding="utf-8")
     mono = tmp_path / "mono.txt"
-    mono_lines = [int_to_en(i) for i in range(0, 60, 3)] + [int_to_en(1)]      # the last is a real target
+    mono_lines = [int_to_en(i) for i in range(0, 90, 3)] + [int_to_en(1), "hello world"]   # a real target, junk
     mono.write_text("\n".join(mono_lines) + "\n", encoding="utf-8")
-    loader = BilingualPairLoader(data_path=str(pairs), augment=True, mono_path=str(mono), bt_epochs=3,
+    loader = BilingualPairLoader(data_path=str(pairs), augment=True, mono_path=str(mono), bt_steps=300,
                                  bt_model=TINY_REVERSE, test_fraction=0.1)
     stats = loader.augment_stats
     assert stats["mono"] == len(mono_lines) and stats["known"] + stats["held_out"] >= 1
-    assert stats["kept"] == len(loader.synthetic_pairs) > 0
-    real_src_chars = set("".join(int_to_zh(i) for i in range(60)))
+    assert stats["kept"] == len(loader.synthetic_pairs) > 10
+    assert stats["rejected"] + stats["not_round_trip"] >= 1
+    real_src_chars = set("".join(int_to_zh(i) for i in range(90)))
     held = set(t for _, t in loader.test_pairs)
+    en2zh = dict((int_to_en(i), int_to_zh(i)) for i in range(90))
     for src, tgt in loader.synthetic_pairs:                   # source: generated Chinese; target: real English
         assert has_cjk(src) and set(src) <= real_src_chars
-        assert tgt in mono_lines and tgt not in held
+        assert tgt in mono_lines and tgt not in held and tgt != "hello world"
+    right = sum(en2zh[t] == s for s, t in loader.synthetic_pairs)
+    assert right >= 0.9 * len(loader.synthetic_pairs), loader.synthetic_pairs
     assert set(loader.synthetic_pairs) <= set(loader.train_pairs)
+    err = capfd.readouterr().err
+    assert "back-translation: reverse model (target -> source) step 300/300" in err
+    assert "back-translation: forward model (source -> target) step 300/300" in err
+    assert "synthetic pairs kept of %d lines" % len(mono_lines) in err
 
 
 def test_back_translation_bad_mono(tmp_path):

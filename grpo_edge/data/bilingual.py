@@ -15,13 +15,14 @@ is a one-line GrpoEdgeError naming the file (and line).
 import json
 import os
 import random
-from typing import Dict, Iterator, List, Optional, Tuple
+import sys
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from grpo_edge.core import devices
 from grpo_edge.core.tokenizer import PAD, CharTokenizer
-from grpo_edge.data.back_translation import read_mono, synthetic_pairs
+from grpo_edge.data.back_translation import BT_STEPS, read_mono, synthetic_pairs
 from grpo_edge.data.text_files import read_lines
 from grpo_edge.data.zh_numbers import number_pairs
 from grpo_edge.errors import ConfigError, GrpoEdgeError
@@ -118,6 +119,11 @@ def split_pairs(pairs: List[Pair], test_fraction: float, seed: int) -> Tuple[Lis
     return train, test
 
 
+def _stderr_line(text):
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 class BilingualPairLoader(object):
     """Sentence pairs for a translation task, tokenized with one CharTokenizer shared by both sides.
 
@@ -129,8 +135,11 @@ class BilingualPairLoader(object):
     augment, mono_path: back-translation: a reverse (target -> source) tiny-transformer trained on the
         train pairs turns each line of mono_path (target-language text, UTF-8) into a synthetic pair
         added to ``train_pairs`` (see grpo_edge.data.back_translation; ``synthetic_pairs`` and
-        ``augment_stats`` say what was added). bt_epochs / bt_model / bt_seed: the reverse model's
-        training epochs, tiny-transformer kwargs and seed (default: `seed`).
+        ``augment_stats`` say what was added, and what was dropped: a synthetic source that does not
+        translate back into its line is). bt_steps / bt_epochs / bt_model / bt_seed: the reverse and
+        forward models' optimizer steps (default 800, about a minute each on one CPU core; bt_epochs,
+        when given, counts whole epochs instead), tiny-transformer kwargs and seed (default: `seed`).
+        progress: fn(line) for the back-translation's progress lines (default: print to stderr; None: quiet).
     batch_size: pairs per batch when iterating; seed: the train/test split and the shuffling.
     test_fraction: held-out share when the data has no separate test file.
     max_number, liang: the built-in pairs' range and 两 form (see grpo_edge.data.zh_numbers).
@@ -142,8 +151,9 @@ class BilingualPairLoader(object):
     def __init__(self, src_lang: str = "zh", tgt_lang: str = "en", max_length: int = 64,
                  data_path: Optional[str] = None, augment: bool = False, mono_path: Optional[str] = None,
                  batch_size: int = 32, seed: int = 0, test_fraction: float = 0.1,
-                 max_number: int = 9999, liang: bool = False, bt_epochs: int = 30, bt_model: Optional[dict] = None,
-                 bt_seed: Optional[int] = None):
+                 max_number: int = 9999, liang: bool = False, bt_epochs: Optional[int] = None,
+                 bt_model: Optional[dict] = None, bt_seed: Optional[int] = None, bt_steps: int = BT_STEPS,
+                 progress: Optional[Callable[[str], None]] = _stderr_line):
         if src_lang == tgt_lang:
             raise ConfigError("src_lang and tgt_lang are both %r: a translation needs two languages" % src_lang)
         if not isinstance(max_length, int) or max_length < 2:
@@ -155,7 +165,8 @@ class BilingualPairLoader(object):
         if mono_path is not None and not augment:
             raise ConfigError("mono_path is only used for back-translation: set augment=True or drop mono_path")
         if augment and mono_path is None:
-            raise ConfigError("augment=True (back-translation) needs mono_path: target-language text, one line each")
+            raise ConfigError("augment=True (back-translation) needs mono_path: a UTF-8 file of %s text, one line "
+                              "each, that the training pairs do not hold; it becomes synthetic pairs" % tgt_lang)
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_length = max_length
         self.batch_size = batch_size
@@ -188,7 +199,8 @@ class BilingualPairLoader(object):
                 return set(text) <= src_chars and (src_lang != "zh" or has_cjk(text))
             self.synthetic_pairs, self.augment_stats = synthetic_pairs(
                 self.train_pairs, self.test_pairs, mono, self.tokenizer, max_length, src_ok,
-                epochs=bt_epochs, seed=seed if bt_seed is None else bt_seed, model_kwargs=bt_model)
+                epochs=bt_epochs, seed=seed if bt_seed is None else bt_seed, model_kwargs=bt_model, steps=bt_steps,
+                progress=progress)
             self.train_pairs = self.train_pairs + self.synthetic_pairs
         everything = self.train_pairs + self.test_pairs
         self.src_len = max(len(s) for s, _ in everything)          # sources padded to this (fixed)

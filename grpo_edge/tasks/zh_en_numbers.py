@@ -32,8 +32,9 @@ class ZhEnNumbersTask(TextTask):
       reward (None)           one more user reward "module.path:fn", weight 1.0
       reward_errors ("raise") "raise" or "skip" (warn, score 0) a reward that raises or returns NaN/inf
       eval_size (500)         test pairs scored by evaluate(n=0); 0 = all
-      augment (False), mono_path (None), bt_epochs (30)   back-translation: target-language lines in
-                              mono_path become synthetic train pairs via a reverse model (BilingualPairLoader)
+      augment (False), mono_path (None), bt_steps (800), bt_epochs (None)   back-translation: target-language
+                              lines in mono_path become synthetic train pairs via a reverse model, kept when a
+                              forward model translates them back (BilingualPairLoader); bt_epochs counts epochs
     """
     name = "zh-en-numbers"
     input_key = "src"
@@ -42,7 +43,7 @@ class ZhEnNumbersTask(TextTask):
     defaults = {"max_number": 9999, "liang": False, "data_path": None, "src_lang": "zh", "tgt_lang": "en",
                 "max_length": 64, "test_fraction": 0.1, "split_seed": 0, "max_new_tokens": None,
                 "temperature": 1.0, "rewards": dict(default_rewards), "reward": None, "reward_errors": "raise",
-                "eval_size": 500, "augment": False, "mono_path": None, "bt_epochs": 30}
+                "eval_size": 500, "augment": False, "mono_path": None, "bt_epochs": None, "bt_steps": 800}
     eval_metrics = {"exact_match": exact_match, "chrf": chrf}
 
     def __init__(self, cfg: dict = None, seed: int = 0):
@@ -57,7 +58,8 @@ class ZhEnNumbersTask(TextTask):
             seed=cfg_get(cfg, "split_seed", 0, int), test_fraction=test_fraction,
             max_number=cfg_get(cfg, "max_number", 9999, int, 1), liang=cfg_get(cfg, "liang", False, bool),
             augment=cfg_get(cfg, "augment", False, bool), mono_path=cfg.get("mono_path"),
-            bt_epochs=cfg_get(cfg, "bt_epochs", 30, int, 1), bt_seed=seed)
+            bt_epochs=cfg_get(cfg, "bt_epochs", None, int, 1),
+            bt_steps=cfg_get(cfg, "bt_steps", 800, int, 1), bt_seed=seed)
         self.tokenizer = self.loader.tokenizer
         self.train_problems = self.loader.train_pairs
         self.test_problems = self.loader.test_pairs
