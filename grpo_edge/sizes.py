@@ -10,7 +10,6 @@ or the machine's available RAM) is one line with the estimate. Both figures are 
 the allocator and the Python objects come on top, so a run that passes may still not fit; one that fails
 here could never have fit.
 """
-import os
 
 from grpo_edge.errors import ConfigError
 

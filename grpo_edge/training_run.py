@@ -133,6 +133,7 @@ class GRPOTrainer(Trainer):
         if threads and cfg.training.device != "cuda":
             torch.set_num_threads(threads)
         self.history = []
+        self.notes_shown = 0          # notes (Trainer.notes) already printed: the CLI prints them at the start
         self._tb = None
         self.curriculum = None
         self.latent_noise = None
@@ -211,7 +212,7 @@ class GRPOTrainer(Trainer):
         return m
 
     def _optimizer_step(self):
-        # The core zeroes gradients after each optimizer step; keep a copy for plot_grad_flow_every.
+        # A copy of the gradients before this step, for plot_grad_flow_every.
         every = self.config_obj.training.plot_grad_flow_every
         if every and self.save_dir and (self.step + 1) % every == 0:
             import torch
@@ -321,7 +322,10 @@ class GRPOTrainer(Trainer):
         old_handlers = self._install_stop_handlers()
         try:
             with progress:
-                if t_cfg.warm_start_epochs and not self.warm_started:
+                for note in self.notes[self.notes_shown:]:    # the CLI printed them at the start
+                    progress.note("note: %s" % note)
+                self.notes_shown = len(self.notes)
+                if t_cfg.warm_start_epochs and not self.warm_started and self.warm_start_applies:
                     progress.note("supervised warm start: %d epochs" % t_cfg.warm_start_epochs)
                     before = self.evaluate()
                     self.warm_start(on_epoch=lambda e, l: progress.note("warm start epoch %d loss %.4f" % (e + 1, l)))

@@ -166,8 +166,8 @@ BIG = ["model.d_model=256", "model.n_layer=4", "model.n_head=4", "training.devic
 
 
 def test_max_memory_refuses_a_model_whose_state_cannot_fit():
-    with pytest.raises(ConfigError, match=r"training.max_memory 40 MB: the weights, gradients and Adam moments "
-                                          r"need 48 MB"):
+    with pytest.raises(ConfigError, match=r"needs at least 48.4 MB for its weights, gradients, Adam moments and "
+                                          r"buffers \(buffers 4.0 KB\), more than 40.0 MB \(training.max_memory\)"):
         GRPOTrainer(config=str(ROOT / "configs" / "arithmetic.yaml"), overrides=BIG + ["training.max_memory=40M"],
                     progress=False)
     r = cli("train", "--max-memory", "lots", "--quiet", "--save-dir", "/nonexistent-never-written")

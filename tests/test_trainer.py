@@ -279,3 +279,27 @@ def test_sizes_are_checked_before_anything_is_allocated(tmp_path, recipe, settin
                "--save-dir", tmp_path / "run", "-q")
     assert message in one_error_line(r)
     assert not (tmp_path / "run").exists()
+
+
+def test_settings_that_cannot_apply_are_notes_and_the_article_names_work(tmp_path):
+    """issue 31: grad_accum_steps without minibatch_size, gradient_checkpointing on an MLP and warm_start_epochs on
+    CartPole did nothing without a word; plot_grad_flow(model.named_parameters()) after train() found no
+    gradients; the article's import paths (grpo.datasets, grpo.utils) did not exist."""
+    from grpo.datasets import BilingualPairLoader
+    from grpo.utils import plot_grad_flow
+    from grpo_edge.errors import ConfigError
+    cfg = {**CARTPOLE, "training": {**CARTPOLE["training"], "steps": 1, "gradient_checkpointing": 2,
+                                    "warm_start_epochs": 3, "grad_accum_steps": 8}}
+    tr = GRPOTrainer(config=cfg, save_dir=tmp_path / "run", progress=False)
+    notes = " | ".join(tr.notes)
+    assert "training.gradient_checkpointing=2 does not apply to the mlp model" in notes
+    assert "training.warm_start_epochs=3 does not apply: task cartpole has no reference answers" in notes
+    assert "training.grad_accum_steps=8, but an update makes 2 minibatch passes" in notes     # num_iterations 2
+    with pytest.raises(ValueError, match="an mlp has none to recompute"):
+        tr.policy.set_gradient_checkpointing(interval=2)
+    tr.train()
+    norms = plot_grad_flow(tr.policy.named_parameters(), str(tmp_path / "flow.png"))
+    assert norms and all(v > 0 for v in norms.values()) and (tmp_path / "flow.png").stat().st_size > 0
+    assert "warm_start" not in json.loads((tmp_path / "run" / "summary.json").read_text())
+    with pytest.raises(ConfigError, match="augment=True \\(back-translation\\) needs mono_path: a UTF-8 file of en"):
+        BilingualPairLoader(src_lang="zh", tgt_lang="en", max_length=64, augment=True)

@@ -121,6 +121,7 @@ def _echo_start(trainer):
     typer.echo("device: %s (%s)" % (trainer.device, trainer.device_reason), err=True)
     for note in trainer.notes:
         typer.echo("note: %s" % note, err=True)
+    trainer.notes_shown = len(trainer.notes)
     for key, old, new in getattr(trainer, "resume_changes", None) or []:
         typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
 

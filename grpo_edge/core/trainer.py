@@ -114,8 +114,12 @@ class Trainer(distributed.ShardedTrainerMixin):
         # on the training device: the models sample their tokens there (grpo_edge/core/devices.py)
         self.generator = devices.make_generator(self.device, self.t["seed"])
         self.notes = []         # one-line notes for the user (a resumed run whose stream restarted, ...)
-        if self.t["gradient_checkpointing"] and hasattr(model, "set_gradient_checkpointing"):
+        if self.t["gradient_checkpointing"] and getattr(model, "supports_gradient_checkpointing", False):
             model.set_gradient_checkpointing(int(self.t["gradient_checkpointing"]))
+        elif self.t["gradient_checkpointing"]:
+            self.notes.append("training.gradient_checkpointing=%d does not apply to the %s model (it recomputes "
+                              "transformer blocks: micro-gpt, tiny-transformer); off"
+                              % (int(self.t["gradient_checkpointing"]), getattr(model, "arch", "?")))
 
         scale = 1.0
         if self.t["lr_scaling"] == "sqrt":
@@ -132,6 +136,7 @@ class Trainer(distributed.ShardedTrainerMixin):
             self.critic = self._build_critic().to(self.device)
             params = params + list(self.critic.parameters())
         self.optimizer = self._adam(params, self.lr)
+        self._note_settings_that_cannot_apply()
         steps_total = int(self.t["steps"]) * max(1, self._optimizer_steps_per_update())
         self.scheduler = adam.LambdaSchedule(
             self.optimizer, lr_lambda(self.t["lr_schedule"], int(self.t["warmup_steps"]),
@@ -203,6 +208,24 @@ class Trainer(distributed.ShardedTrainerMixin):
         """Samples per minibatch over all ranks (each rank takes its 1 / world_size of it)."""
         mb = int(self.t["minibatch_size"])
         return mb if mb > 0 else self._samples_per_update()
+
+    def _note_settings_that_cannot_apply(self):
+        """A setting this run cannot apply is a note (printed at the start), never silently ignored."""
+        accum = int(self.t["grad_accum_steps"])
+        passes = int(self.g["num_iterations"]) * max(1, self._samples_per_update() // self._minibatch())
+        if accum > passes:
+            self.notes.append("training.grad_accum_steps=%d, but an update makes %d minibatch pass%s (%d samples, "
+                              "training.minibatch_size %s, grpo.num_iterations %d): gradients are accumulated over "
+                              "%d; set training.minibatch_size to split the batch"
+                              % (accum, passes, "" if passes == 1 else "es", self._samples_per_update(),
+                                 self.t["minibatch_size"] or "0 = the whole batch", int(self.g["num_iterations"]),
+                                 passes))
+        batches = getattr(self.task, "warm_start_batches", None)      # optional: the online tasks have none
+        self.warm_start_applies = batches is not None and batches(int(self.t["batch_size"]), self.generator) is not None
+        if int(self.t["warm_start_epochs"]) > 0 and not self.warm_start_applies:
+            self.notes.append("training.warm_start_epochs=%d does not apply: task %s has no reference answers to "
+                              "learn from (a supervised warm start is for text tasks); no warm start"
+                              % (int(self.t["warm_start_epochs"]), getattr(self.task, "name", "?")))
 
     def _optimizer_steps_per_update(self):
         n_mb = max(1, self._samples_per_update() // self._minibatch())
@@ -320,10 +343,11 @@ class Trainer(distributed.ShardedTrainerMixin):
         # micro-batches bound a minibatch's activation memory (grpo_edge/core/microbatch.py); the
         # gradient penalty differentiates the whole minibatch's gradient norm, so it is not split
         micro = 0 if lam > 0.0 else microbatch.micro_batch_size(self.policy, ro, t["micro_batch_mb"])
-        self.optimizer.zero_grad()
         for _ in range(int(g["num_iterations"])):
             order = self._epoch_order(keep, mb_size)
             for start in range(0, len(order), mb_size):
+                if n_mb % accum == 0:       # a new accumulation window; the last one's gradients stay after the
+                    self.optimizer.zero_grad()     # update, for a look at them (plot_grad_flow after train())
                 st = self._minibatch_backward(ro, order[start:start + mb_size], keep, accum, lam, max_len,
                                               num_tokens_total, micro)
                 n_mb += 1
@@ -420,16 +444,13 @@ class Trainer(distributed.ShardedTrainerMixin):
             self.optimizer.step()
         finite.check_parameters(params, self.step + 1)
         self.scheduler.step()
-        self.optimizer.zero_grad()
         return float(norm)
 
     # ------------------------------------------------------------------ supervised warm start
     def warm_start(self, epochs=None, lr=None, on_epoch=None):
         """Text tasks: supervised epochs on the reference answers before GRPO. Returns per-epoch losses."""
         epochs = int(self.t["warm_start_epochs"] if epochs is None else epochs)
-        if epochs <= 0 or self.warm_started:
-            return []
-        if self.task.warm_start_batches(int(self.t["batch_size"]), self.generator) is None:
+        if epochs <= 0 or self.warm_started or not self.warm_start_applies:
             return []
         opt = self._adam(self.policy.parameters(), float(lr or self.t["warm_start_lr"]))
         out = []

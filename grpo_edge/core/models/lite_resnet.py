@@ -101,6 +101,14 @@ class LiteResNet(nn.Module):
         for m in self.layers:
             nn.init.zeros_(m.c2.bn.weight)
 
+    supports_gradient_checkpointing = False
+
+    def set_gradient_checkpointing(self, interval=2):
+        """Not for this model: gradient checkpointing recomputes transformer blocks (micro-gpt, tiny-transformer);
+        recomputing its BatchNorm blocks would update their running statistics twice."""
+        raise ValueError("gradient checkpointing recomputes transformer blocks (micro-gpt, tiny-transformer); "
+                         "a lite-resnet has none to recompute (recomputing a BatchNorm block would update its running statistics twice)")
+
     def config(self):
         """Constructor kwargs as plain Python values: build_model(self.arch, **self.config()) rebuilds it."""
         return {"in_channels": int(self.in_channels), "n_classes": int(self.n_classes),

@@ -70,6 +70,8 @@ class MicroGPT(nn.Module):
                 "hidden_dropout": float(self.hidden_dropout), "attn_dropout": float(self.attn_dropout),
                 "out_dim": None if self.out_dim is None else int(self.out_dim)}
 
+    supports_gradient_checkpointing = True
+
     def set_gradient_checkpointing(self, interval=2):
         """Recompute every `interval`-th block's activations in backward (0 = off). Gradients are unchanged."""
         if interval < 0:

@@ -63,6 +63,14 @@ class MLPPolicy(nn.Module):
             if self.action_low is not None and len(self.action_low) != n_actions:
                 raise ValueError("action_low has %d values, n_actions is %d" % (len(self.action_low), n_actions))
 
+    supports_gradient_checkpointing = False
+
+    def set_gradient_checkpointing(self, interval=2):
+        """Not for this model: gradient checkpointing recomputes transformer blocks (micro-gpt, tiny-transformer);
+        an MLP's activations are a few KB a sample."""
+        raise ValueError("gradient checkpointing recomputes transformer blocks (micro-gpt, tiny-transformer); "
+                         "an mlp has none to recompute (its activations are a few KB a sample)")
+
     def config(self):
         """Constructor kwargs as plain Python values: build_model(self.arch, **self.config()) rebuilds it."""
         cfg = {"obs_dim": int(self.obs_dim), "n_actions": int(self.n_actions), "hidden": int(self.hidden),

@@ -91,6 +91,8 @@ class TinyTransformer(nn.Module):
                 "attn_dropout": float(self.attn_dropout),
                 "out_dim": None if self.out_dim is None else int(self.out_dim)}
 
+    supports_gradient_checkpointing = True
+
     def set_gradient_checkpointing(self, interval=2):
         """Recompute every `interval`-th encoder and decoder layer in backward (0 = off); grads unchanged."""
         if interval < 0:
