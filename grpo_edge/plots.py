@@ -68,9 +68,13 @@ def _tick_label(v, step):
     return _compact(v)
 
 
-def _limits(values):
-    """Axis range: the data's, widened 5% each side; a single value gets a range around it."""
+def _limits(values, from_zero=False):
+    """Axis range: the data's, widened 5% each side; a single value gets a range around it. from_zero (the
+    evaluation metric): a non-negative series starts at 0, one within [0, 1] (a rate) spans [0, 1], so that
+    0.97 -> 0.99 does not fill the panel like a rise from nothing."""
     lo, hi = min(values), max(values)
+    if from_zero and lo >= 0:
+        lo, hi = 0.0, (1.0 if hi <= 1.0 else hi)
     if hi == lo:
         pad = abs(lo) * 0.05 or 0.5
         return lo - pad, hi + pad
@@ -126,7 +130,7 @@ def _axes(x0, y0, x1, y1, xlim, ylim):
     return out
 
 
-def _panel(ox, key, label, segs):
+def _panel(ox, key, label, segs, from_zero=False):
     """One panel's SVG elements, left edge at ox: title, min/max, axes, the series as a path (+ dots)."""
     x0, y0, x1, y1 = ox + LEFT, TOP, ox + PANEL_W - RIGHT, PANEL_H - BOTTOM
     points = [p for s in segs for p in s]
@@ -140,7 +144,7 @@ def _panel(ox, key, label, segs):
     ys = [y for _, y in points]
     out.append('<text x="%.1f" y="50" text-anchor="middle">min %s, max %s</text>'
                % ((x0 + x1) / 2, _esc(_compact(min(ys))), _esc(_compact(max(ys)))))
-    xlim, ylim = _limits([x for x, _ in points]), _limits(ys)
+    xlim, ylim = _limits([x for x, _ in points]), _limits(ys, from_zero)
     out += _axes(x0, y0, x1, y1, xlim, ylim)
 
     def xy(p):
@@ -153,10 +157,12 @@ def _panel(ox, key, label, segs):
     return out + ["</g>"]
 
 
-def curves2svg(history, title="", metric=None):
+def curves2svg(history, title="", metric=None, start=None):
     """SVG text: reward, evaluation metric, loss and grad norm against step, one panel each (only the series
-    present in history); None when there is nothing to plot."""
-    panels = [("reward_mean", "rollout reward"), (metric, metric or ""), ("loss", "loss"), ("grad_norm", "grad norm")]
+    present in history); None when there is nothing to plot. start: the metric's value at step 0 (the score
+    after a warm start, where GRPO began), drawn as the first point of its panel."""
+    metric_label = (metric or "") + (" (step 0: after the warm start)" if start is not None else "")
+    panels = [("reward_mean", "rollout reward"), (metric, metric_label), ("loss", "loss"), ("grad_norm", "grad norm")]
     panels = [(k, lbl) for k, lbl in panels if k and any(k in m for m in history or ())]
     if not panels:
         return None
@@ -168,13 +174,16 @@ def curves2svg(history, title="", metric=None):
            '<rect width="100%" height="100%" fill="white"/>',
            '<text x="%.1f" y="16" text-anchor="middle" font-size="14">%s</text>' % (w / 2, _esc(title))]
     for i, (key, label) in enumerate(panels):
-        out += _panel(i * PANEL_W, key, label, _segments(history, key))
+        segs = _segments(history, key)
+        if key == metric and _finite(start):
+            segs = [[(0, start)] + (segs[0] if segs else [])] + segs[1:]
+        out += _panel(i * PANEL_W, key, label, segs, from_zero=key == metric)
     return "\n".join(out + ["</svg>", ""])
 
 
-def plot_curves(history, path, title="", metric=None):
+def plot_curves(history, path, title="", metric=None, start=None):
     """Write curves2svg(...) to path (atomically, mode 0644 less umask); returns path, or None if nothing to plot."""
-    svg = curves2svg(history, title, metric)
+    svg = curves2svg(history, title, metric, start)
     if svg is None:
         return None
     from grpo_edge.report import atomic_write_text

@@ -51,7 +51,7 @@ class TrainProgress:
         parts = [(k[len("rewards/"):-len("/mean")], v) for k, v in sorted(m.items())
                  if k.startswith("rewards/") and k.endswith("/mean") and v is not None]
         each = " (%s)" % ", ".join("%s %.3f" % kv for kv in parts[:4]) if len(parts) > 1 else ""
-        stats = "reward %.3f%s | loss %.4f | kl %.4f | %.1f steps/s" % (
+        stats = "reward %.3f%s | loss %.3g | kl %.3g | %.1f steps/s" % (
             m.get("reward_mean", 0.0), each, m.get("loss", 0.0), m.get("kl", 0.0), m.get("steps_per_s", 0.0))
         if last_eval is not None:
             stats += " | eval %.3f" % last_eval

@@ -230,12 +230,23 @@ class GRPOTrainer(Trainer):
         state = super().state_dict()
         if self.curriculum is not None and self.curriculum.ready:
             state["curriculum"] = self.curriculum.state_dict()
+        # what the summary of a resumed run needs from the part before: the warm start's scores, the time so far
+        state["run"] = {"warm_start_eval": getattr(self, "warm_start_eval", None), "wall_seconds": self.wall_seconds()}
         return state
 
     def load_state_dict(self, state):
         super().load_state_dict(state)
         if self.curriculum is not None and "curriculum" in state:
             self.curriculum.load_state_dict(state["curriculum"])
+        run = state.get("run") if isinstance(state.get("run"), dict) else {}
+        if run.get("warm_start_eval"):
+            self.warm_start_eval = run["warm_start_eval"]
+        self._wall_before = float(run.get("wall_seconds") or 0.0)
+
+    def wall_seconds(self):
+        """Seconds of this run so far: the parts before a resume, plus the current train() call."""
+        current = time.time() - self._train_start if getattr(self, "_train_start", None) else 0.0
+        return getattr(self, "_wall_before", 0.0) + current
 
     # ------------------------------------------------------------------ run folder
     def _path(self, name):
@@ -310,7 +321,7 @@ class GRPOTrainer(Trainer):
 
         t_cfg = self.config_obj.training
         self._open_run_folder()
-        start = time.time()
+        self._train_start = time.time()
         progress = TrainProgress(total=t_cfg.steps, enabled=self.show_progress,
                                  title="%s | %s | %s params" % (getattr(self.task, "display_name", self.task.name),
                                                                self.policy.arch,
@@ -322,18 +333,9 @@ class GRPOTrainer(Trainer):
         old_handlers = self._install_stop_handlers()
         try:
             with progress:
-                for note in self.notes[self.notes_shown:]:    # the CLI printed them at the start
-                    progress.note("note: %s" % note)
-                self.notes_shown = len(self.notes)
+                self._say_at_start(progress)
                 if t_cfg.warm_start_epochs and not self.warm_started and self.warm_start_applies:
-                    progress.note("supervised warm start: %d epochs" % t_cfg.warm_start_epochs)
-                    before = self.evaluate()
-                    self.warm_start(on_epoch=lambda e, l: progress.note("warm start epoch %d loss %.4f" % (e + 1, l)))
-                    after = self.evaluate()
-                    self.warm_start_eval = {"before": before, "after": after}
-                    progress.note("warm start: %s %.3f -> %.3f" % (metric_name, before[metric_name],
-                                                                    after[metric_name]))
-                    self.save("warm_start.pt")
+                    self._warm_start_between_evals(progress, metric_name)
                 self._in_steps = True
                 signal = NoSignalWatch()
                 while self.step < t_cfg.steps:
@@ -350,7 +352,7 @@ class GRPOTrainer(Trainer):
                         if t_cfg.target_metric is not None and ev[metric_name] >= t_cfg.target_metric:
                             done = True
                             m["reached_target"] = True
-                    m["wall_time"] = time.time() - start
+                    m["wall_time"] = self.wall_seconds()
                     if self.step % t_cfg.log_every == 0 or done:
                         self._log(m)
                     if self._grad_snapshot is not None:
@@ -376,7 +378,9 @@ class GRPOTrainer(Trainer):
             self._restore_stop_handlers(old_handlers)
             if self._tb is not None:
                 self._tb.close()
-        return self.finish(time.time() - start)
+        wall = self._wall_before = self.wall_seconds()
+        self._train_start = None
+        return self.finish(wall)
 
     def _warn_no_signal(self):
         import sys
@@ -429,6 +433,26 @@ class GRPOTrainer(Trainer):
             return
         raise KeyboardInterrupt
 
+    def _say_at_start(self, progress):
+        """The notes the CLI has not printed yet, and where a resumed run goes on from."""
+        for note in self.notes[self.notes_shown:]:
+            progress.note("note: %s" % note)
+        self.notes_shown = len(self.notes)
+        if self.step > 0:
+            progress.note("resuming from step %d of %d (%s, %.1f s of training before)" % (
+                self.step, self.config_obj.training.steps, self._path("last.pt") or "the loaded state",
+                getattr(self, "_wall_before", 0.0)))
+
+    def _warm_start_between_evals(self, progress, metric_name):
+        """The supervised warm start, evaluated before and after (summary.json, curves.svg's step 0)."""
+        progress.note("supervised warm start: %d epochs" % self.config_obj.training.warm_start_epochs)
+        before = self.evaluate()
+        self.warm_start(on_epoch=lambda e, l: progress.note("warm start epoch %d loss %.4f" % (e + 1, l)))
+        after = self.evaluate()
+        self.warm_start_eval = {"before": before, "after": after}
+        progress.note("warm start: %s %.3f -> %.3f" % (metric_name, before[metric_name], after[metric_name]))
+        self.save("warm_start.pt")
+
     def _install_stop_handlers(self):
         old = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -465,8 +489,9 @@ class GRPOTrainer(Trainer):
         if self.save_dir and self.rank == 0:
             atomic_write_text(self._path("summary.json"), json.dumps(summary, indent=2))
             from grpo_edge.plots import plot_curves
+            after = ((getattr(self, "warm_start_eval", None) or {}).get("after") or {}).get(metric_name)
             plot_curves(self.history, self._path("curves.svg"), title="%s / %s" % (self.task.name, self.policy.arch),
-                        metric="eval_" + metric_name)
+                        metric="eval_" + metric_name, start=after)
         return summary
 
 

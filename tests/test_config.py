@@ -82,3 +82,35 @@ def test_every_recipe_loads(root, tmp_path, monkeypatch):
             assert load_config(p, overrides=["task.name=kind_tasks:Two"]).task["name"] == "kind_tasks:Two"
         else:
             load_config(p)
+
+
+def test_yaml_as_people_get_it_wrong_is_one_line(tmp_path):
+    """issue 31: a key given twice took the last value silently; amp: "yes" was accepted while steps: "2" was
+    refused; an empty file trained CartPole; a folder as --config said "not found"."""
+    cases = [("training:\n  lr: 0.1\n  steps: 2\n  lr: 0.2\n", "key 'lr' appears twice (lines 2 and 4): keep one"),
+             ("", "is empty: a recipe holds sections"), ("# only a comment\n", "is empty"),
+             ('training: {amp: "yes"}\n', "training.amp must be true or false, got 'yes' (written in quotes: drop them)"),
+             ('training: {steps: "2"}\n', "training.steps must be an integer, got '2' (written in quotes: drop them)")]
+    for i, (text, message) in enumerate(cases):
+        p = tmp_path / ("c%d.yaml" % i)
+        p.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_config(p)
+        assert message in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="is a folder, not a config file"):
+        load_config(tmp_path)
+    with pytest.raises(ConfigError, match="task arithmetic makes its own problems and reads no data file"):
+        load_config(data={"task": {"name": "arithmetic", "data_path": "x.jsonl"}})
+    assert load_config(data={"training": {"amp": True}}).training.amp is True
+
+
+def test_help_shows_flags_as_flags():
+    """issue 31: typer printed `--resume <bool>`, as if the flag took a value."""
+    import subprocess
+    import sys
+    for cmd in (["train"], ["deploy"], ["eval"], ["quantize"]):
+        r = subprocess.run([sys.executable, "-m", "grpo_edge.cli.main"] + cmd + ["--help"], stdout=subprocess.PIPE,
+                           universal_newlines=True, env=dict(__import__("os").environ, COLUMNS="120"))
+        assert r.returncode == 0 and "--help" in r.stdout and "<bool>" not in r.stdout, r.stdout
+    assert "<int>" in subprocess.run([sys.executable, "-m", "grpo_edge.cli.main", "train", "--help"],
+                                     stdout=subprocess.PIPE, universal_newlines=True).stdout   # values keep theirs

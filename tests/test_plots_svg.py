@@ -129,3 +129,22 @@ def test_no_matplotlib_import(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
     ET.parse(str(tmp_path / "c.svg"))
+
+
+def test_eval_panel_starts_at_the_warm_start_and_keeps_a_rate_on_0_to_1():
+    """issue 31: after a warm start to 0.93 the eval panel began at the first GRPO evaluation, and its axis
+    zoomed to 0.97-0.99, so a rise looked like a climb from nothing (or a decline). Now step 0 is the warm
+    start's score and a rate spans 0 to 1."""
+    h = _history(20, reward_mean=lambda i: 0.9)
+    for i, v in ((9, 0.97), (19, 0.98)):
+        h[i]["eval_exact_match"] = v
+    svg = curves2svg(h, metric="eval_exact_match", start=0.93)
+    panel = _panels(svg)["eval_exact_match"]
+    pts = _path_points(panel)
+    assert int(panel.get("data-points")) == 3 and pts[0][0] < pts[1][0] < pts[2][0]     # step 0 first
+    assert pts[0][1] > pts[1][1] > pts[2][1]                     # 0.93 < 0.97 < 0.98: higher on the page
+    y_ticks = [t.text for t in panel.findall("s:text", NS) if t.get("text-anchor") == "end"]
+    assert y_ticks[0] == "0" and y_ticks[-1] == "1.0"            # the axis spans 0..1
+    assert "after the warm start" in svg
+    from grpo_edge.plots import BOTTOM, PANEL_H, TOP            # the rise 0.93 -> 0.98: a small part of the height
+    assert abs(pts[0][1] - pts[2][1]) < 0.1 * (PANEL_H - BOTTOM - TOP)

@@ -98,6 +98,16 @@ def test_bad_checkpoints(tmp_path):
         load_checkpoint(other)
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
+    # issue 31: torch's advice to load with weights_only=False is never passed on
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "model.pt")
+    (tmp_path / "config.yaml").write_text("training: {steps: 2}\n")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    for name, why in (("model.pt", "it holds pickled Python objects, such as a whole model saved with torch.save"),
+                      ("config.yaml", "not a torch checkpoint file: it is not a zip archive"),
+                      ("empty.pt", "not a torch checkpoint file: it is empty")):
+        with pytest.raises(CheckpointError) as e:
+            load_checkpoint(tmp_path / name)
+        assert why in str(e.value) and "weights_only" not in str(e.value)
 
 
 def test_checkpoint_write_is_atomic(tmp_path):
@@ -303,3 +313,21 @@ def test_settings_that_cannot_apply_are_notes_and_the_article_names_work(tmp_pat
     assert "warm_start" not in json.loads((tmp_path / "run" / "summary.json").read_text())
     with pytest.raises(ConfigError, match="augment=True \\(back-translation\\) needs mono_path: a UTF-8 file of en"):
         BilingualPairLoader(src_lang="zh", tgt_lang="en", max_length=64, augment=True)
+
+
+def test_a_resumed_run_summarises_the_whole_run(tmp_path, capfd):
+    """issue 31: after --resume, summary.json lost its warm-start block and counted only the resumed part's
+    wall time, and nothing said where it resumed."""
+    cfg = {"model": {"arch": "tiny-transformer", "d_model": 16, "num_layers": 1, "nhead": 2},
+           "task": {"name": "zh-en-numbers", "max_number": 99, "eval_size": 8},
+           "training": {"steps": 2, "batch_size": 4, "warm_start_epochs": 1, "eval_every": 1, "threads": 1},
+           "grpo": {"group_size": 2}}
+    first = GRPOTrainer(config=cfg, save_dir=tmp_path, progress=False).train()
+    cfg["training"]["steps"] = 4
+    tr = GRPOTrainer(config=cfg, save_dir=tmp_path, resume=True, progress=False)
+    s = tr.train()
+    assert s["warm_start"] == first["warm_start"] and s["steps"] == 4
+    assert s["wall_seconds"] > first["wall_seconds"]
+    walls = [json.loads(x)["wall_time"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert walls == sorted(walls) and len(walls) == 4 and walls[2] > first["wall_seconds"] - 1e-6
+    assert "resuming from step 2 of 4" in capfd.readouterr().err

@@ -151,6 +151,10 @@ CASES = [
     dict(name="calibrate-n-0", args=["calibrate", "FIX/cp.pt", "--n", "0", "--out", "c.npz"], expect="error"),
     dict(name="calibrate-n-negative", args=["calibrate", "FIX/cp.pt", "--n", "-3", "--out", "c.npz"], expect="error"),
     dict(name="eval-n-negative", args=["eval", "FIX/cp.pt", "--n", "-1"], expect="error"),
+    # issue 31: a file that is not a checkpoint is one line without torch's advice to load it unsafely
+    dict(name="eval-a-yaml-file", setup=[("write", "c.yaml", "training: {steps: 2}\n")], args=["eval", "c.yaml"],
+         expect="error"),
+    dict(name="eval-an-empty-file", setup=[("write", "e.pt", "")], args=["eval", "e.pt"], expect="error"),
     dict(name="quantize-no-calibration", args=["quantize", "FIX/m.onnx", "--out", "q.onnx"], expect="error"),
     dict(name="quantize-bad-method", args=["quantize", "FIX/m.onnx", "--calibration", "FIX/c.npz", "--method", "mean",
                                            "--out", "q.onnx"], expect="error"),

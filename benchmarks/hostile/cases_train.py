@@ -132,6 +132,22 @@ CASES.append(train_ok("grad_penalty_lambda=0.3 (arith)", "text settings", ["--se
 CASES.append(train_ok("grad_penalty_lambda=0.3 (zh-en)", "text settings", ["--set", "grpo.grad_penalty_lambda=0.3"],
                       base="zh_en", fast=False))
 CASES.append(train_ok("grpo.algo=ppo (zh-en)", "text settings", ["--set", "grpo.algo=ppo"], base="zh_en", fast=False))
+# issue 31: YAML as people write it wrong, and options that do not fit the task
+CASES.append(train_error("yaml training.lr given twice", "config yaml", ["-c", lambda ctx: write(
+    ctx, "dup.yaml", "training:\n  lr: 0.1\n  steps: 2\n  lr: 0.2\ntask: {name: cartpole}\n")], base=None))
+CASES.append(train_error("yaml file empty", "config yaml", ["-c", lambda ctx: write(ctx, "empty.yaml", "")], base=None))
+CASES.append(train_error("yaml file only comments", "config yaml", ["-c", lambda ctx: write(ctx, "c.yaml", "# x\n")],
+                         base=None))
+CASES.append(train_error("--config is a folder", "config yaml",
+                         ["-c", lambda ctx: (ctx.work / "cfgdir").mkdir(exist_ok=True) or str(ctx.work / "cfgdir")],
+                         base=None))
+CASES.append(train_error('yaml amp: "yes" (quoted)', "config yaml", ["-c", lambda ctx: write(
+    ctx, "amp.yaml", 'training: {amp: "yes"}\ntask: {name: cartpole}\n')], base=None))
+CASES.append(train_error('yaml steps: "2" (quoted)', "config yaml", ["-c", lambda ctx: write(
+    ctx, "st.yaml", 'training: {steps: "2"}\ntask: {name: cartpole}\n')], base=None))
+CASES.append(train_error("--data-path with arithmetic", "config value",
+                         ["--data-path", lambda ctx: write(ctx, "d.jsonl", '{"prompt": "1+1=", "answer": "2"}\n')],
+                         base="arith"))
 
 
 # ---------------------------------------------------------------------------------------------- YAML numbers

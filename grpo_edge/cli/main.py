@@ -28,9 +28,31 @@ def _usage_errors():
     return tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
 
 
+def _command():
+    """The click command of `app`, with boolean flags shown as flags: typer's help prints `--resume <bool>`, which
+    reads as if the flag took a value."""
+    cmd = typer.main.get_command(app)
+
+    def flags_without_metavar(c):
+        for p in getattr(c, "params", ()):
+            if getattr(p, "is_flag", False) and p.metavar is None:
+                p.metavar = ""
+
+        def help_option(ctx, made=c.get_help_option):      # --help is made per call
+            opt = made(ctx)
+            if opt is not None:
+                opt.metavar = ""
+            return opt
+        c.get_help_option = help_option
+        for sub in getattr(c, "commands", {}).values():
+            flags_without_metavar(sub)
+    flags_without_metavar(cmd)
+    return cmd
+
+
 def main():
     try:
-        rv = app(standalone_mode=False)           # click's usage errors come here too: one line each
+        rv = _command().main(standalone_mode=False, prog_name="grpo-edge")   # usage errors come here: one line each
     except GrpoEdgeError as e:
         typer.echo("error: %s" % e, err=True)
         sys.exit(2)

@@ -323,6 +323,10 @@ def _check_task(task: dict) -> dict:
         for key in list(task):
             if key in ("name", "kwargs"):
                 continue
+            if key == "data_path" and key not in defaults:
+                raise ConfigError("task %s makes its own problems and reads no data file (--data-path / task.data_path): "
+                                  "your own text trains with task text (--data-path FILE without --config or "
+                                  "task.name), translation pairs with zh-en-numbers" % name)
             if key not in defaults:
                 raise ConfigError("unknown key task.%s for task %s%s" % (key, name, _closest(str(key), defaults)))
             task[key] = _check_task_value(name, key, task[key], defaults[key], ranges, types)
@@ -380,6 +384,9 @@ def resolve_config_path(path) -> Path:
     p = Path(path)
     if p.is_file():
         return p
+    if p.is_dir():
+        raise ConfigError("--config %s is a folder, not a config file (a .yaml recipe such as configs/cartpole.yaml)"
+                          % path)
     here = Path(__file__).resolve().parent.parent      # the grpo_edge package folder
     candidates = [Path("configs") / p.name, here.parent / "configs" / p.name, here / "configs" / p.name]
     if p.suffix == "":
@@ -434,7 +441,11 @@ def load_config(path=None, overrides=None, data: Optional[dict] = None, literals
     if path is not None:
         p = resolve_config_path(path)
         try:
-            raw = validate.yaml_load(p.read_text(encoding="utf-8")) or {}
+            text = p.read_text(encoding="utf-8")
+            raw = validate.yaml_load(text) or {}
+            if not raw:
+                raise ConfigError("config file %s is empty: a recipe holds sections %s (see configs/)"
+                                  % (p, ", ".join(SECTIONS)))
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = (" line %d" % (mark.line + 1)) if mark is not None else ""

@@ -66,6 +66,23 @@ def save_checkpoint(path, state):
         raise
 
 
+def _why_unreadable(path, exc):
+    """One line on why torch.load refused `path`, without torch's advice to load it unsafely."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        head = b""
+    if not head.startswith(b"PK"):      # torch >= 1.6 writes a zip archive
+        return "not a torch checkpoint file: %s" % ("it is empty" if not head else "it is not a zip archive")
+    msg = str(exc).strip()
+    if "Weights only load failed" in msg or isinstance(exc, pickle.UnpicklingError):
+        return ("it holds pickled Python objects, such as a whole model saved with torch.save(model), which are "
+                "never loaded: a grpo-edge checkpoint holds tensors and plain values only (grpo-edge train writes them)")
+    first = (msg.splitlines()[0] if msg else type(exc).__name__).split(". ")[0]
+    return "a damaged torch file: %s" % first[:160]
+
+
 def load_checkpoint(path, map_location="cpu"):
     """Load and validate a grpo-edge checkpoint; raises CheckpointError with a one-line reason."""
     path = str(path)
@@ -74,8 +91,7 @@ def load_checkpoint(path, map_location="cpu"):
     try:
         state = _load_weights_only(path, map_location)
     except Exception as e:  # corrupt zip, truncated file, pickled objects we refuse to load
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError("%s is not a readable grpo-edge checkpoint (%s)" % (path, msg[:200]))
+        raise CheckpointError("%s is not a readable grpo-edge checkpoint (%s)" % (path, _why_unreadable(path, e)))
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError("%s is not a grpo-edge checkpoint (no '%s' format tag)" % (path, FORMAT))
     check_entries(state, path)

@@ -85,7 +85,8 @@ def span(lo, hi, lo_incl=True, hi_incl=True):
 def check_number(where, value, kind="float", lo=None, hi=None, lo_incl=True, hi_incl=True, error=ConfigError):
     """`value` as an int (kind 'int') or float, finite and inside [lo, hi]; raise `error` naming `where`."""
     if not is_number(value):
-        raise error("%s must be %s, got %r" % (where, "an integer" if kind == "int" else "a number", value))
+        hint = " (written in quotes: drop them)" if isinstance(value, str) and is_number(_number_or_none(value)) else ""
+        raise error("%s must be %s, got %r%s" % (where, "an integer" if kind == "int" else "a number", value, hint))
     value = float(value) if kind != "int" or isinstance(value, float) else int(value)
     if isinstance(value, float) and not math.isfinite(value):
         allowed = "" if lo is None and hi is None else (" in " if hi is not None else " ") + span(lo, hi, lo_incl,
@@ -112,11 +113,12 @@ def check_choice(where, value, choices, error=ConfigError):
 
 
 def check_bool(where, value, error=ConfigError):
+    """true / false only: a quoted "yes" is a string, refused as a quoted "2" is for a number."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise error("%s must be true or false, got %r" % (where, value))
+    hint = " (written in quotes: drop them)" if isinstance(value, str) and value.lower() in (
+        "true", "false", "yes", "no", "on", "off") else ""
+    raise error("%s must be true or false, got %r%s" % (where, value, hint))
 
 
 def check_key(section, key, value, kind, error=ConfigError, ranges=None, choices=None):
@@ -170,13 +172,30 @@ def closest(key, valid):
     return (" (did you mean '%s'?)" % m[0]) if m else ""
 
 
+def _number_or_none(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def yaml_load(text):
-    """yaml.safe_load, but numbers as people write them (`3e-4`, `1e-3`, YAML 1.2) are floats, not strings."""
+    """yaml.safe_load, but numbers as people write them (`3e-4`, `1e-3`, YAML 1.2) are floats, not strings,
+    and a key given twice in one mapping is an error (yaml takes the last one without a word)."""
     import re
     import yaml
 
     class _Loader(yaml.SafeLoader):
-        pass
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "key %r appears twice (lines %d and %d): keep one"
+                        % (key, seen[key] + 1, key_node.start_mark.line + 1), key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+            return super(_Loader, self).construct_mapping(node, deep=deep)
     _Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
         re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))

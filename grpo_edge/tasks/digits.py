@@ -8,7 +8,9 @@ from grpo_edge.tasks.bandit import BanditTask
 
 
 class DigitsTask(BanditTask):
-    """Config keys: test_fraction (held-out share, default 0.2)."""
+    """scikit-learn's 8x8 handwritten digits (1,797 images): pick the digit, reward 1 when right (a bandit).
+
+    Config keys: test_fraction (held-out share, default 0.2)."""
     name = "digits"
     default_arch = "lite-resnet"
     archs = ("lite-resnet",)               # (1, 8, 8) images -> class logits
