@@ -167,7 +167,7 @@ class EnvTask(object):
         if not self.schedule:
             return
         env = self._factory()
-        for i, (at, params) in enumerate(self.schedule):
+        for at, params in self.schedule:
             what = "online.env_schedule entry [%d, %s]" % (at, json.dumps(params))
             if at < 0:
                 raise ConfigError("%s: the episode count must be >= 0" % what)
@@ -364,12 +364,12 @@ def _connection_lines(conn, conn_no, max_bytes):
 
 
 OBS_LIMIT = 1e9          # |obs| in float32
+REWARD_LIMIT = 1e6       # |reward| per step: group statistics of larger values overflow float32
+LOGP_MIN = -50.0         # exp(logp_new - logp_old) of an action below this overflows the clipped ratio
 MAX_OPEN_GROUPS = 64     # group keys waiting for their G-th episode; the oldest beyond this is forgotten
 STALLED = 10             # records skipped after a cut, in units of max_steps, before a "stalled" event
 COUNTS = ("bad_records", "dropped_lines", "dropped_episodes", "cut_episodes", "skipped_records",
-          "unmatched_groups", "unmatched_episodes")
-REWARD_LIMIT = 1e6       # |reward| per step: group statistics of larger values overflow float32
-LOGP_MIN = -50.0         # exp(logp_new - logp_old) of an action below this overflows the clipped ratio
+          "unmatched_groups", "unmatched_episodes")        # what a stream dropped, cut or never grouped
 
 
 def record_problem(rec):
