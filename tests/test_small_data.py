@@ -330,6 +330,11 @@ def test_cli_back_translation_en_to_zh(tmp_path, capsys, monkeypatch):
     assert "back-translation: reverse model (target -> source) step 800/800" in err
     kept = int(err.split(" synthetic pairs kept of %d lines" % len(mono))[0].rsplit(" ", 1)[-1])
     assert kept > 5, err
+    # eval rebuilds the task from the checkpoint without back-translating again: no mono file needed, no models
+    (tmp_path / "mono.txt").rename(tmp_path / "gone.txt")
+    code, err = _cli(capsys, monkeypatch, "eval", str(tmp_path / "run" / "best.pt"), "--n", "8")
+    assert code == 0 and "back-translation" not in err, err
+    (tmp_path / "gone.txt").rename(tmp_path / "mono.txt")
     loader = BilingualPairLoader(src_lang="en", tgt_lang="zh", data_path=str(tmp_path / "pairs.tsv"), augment=True,
                                  mono_path=str(tmp_path / "mono.txt"), progress=None)
     synthetic = loader.synthetic_pairs

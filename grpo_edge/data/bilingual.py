@@ -140,6 +140,8 @@ class BilingualPairLoader(object):
         forward models' optimizer steps (default 800, about a minute each on one CPU core; bt_epochs,
         when given, counts whole epochs instead), tiny-transformer kwargs and seed (default: `seed`).
         progress: fn(line) for the back-translation's progress lines (default: print to stderr; None: quiet).
+    vocab, src_len: the characters and padded source length a trained model fixes (its checkpoint's; the
+        task's restore_cfg passes them); default: the data's.
     batch_size: pairs per batch when iterating; seed: the train/test split and the shuffling.
     test_fraction: held-out share when the data has no separate test file.
     max_number, liang: the built-in pairs' range and 两 form (see grpo_edge.data.zh_numbers).
@@ -153,7 +155,8 @@ class BilingualPairLoader(object):
                  batch_size: int = 32, seed: int = 0, test_fraction: float = 0.1,
                  max_number: int = 9999, liang: bool = False, bt_epochs: Optional[int] = None,
                  bt_model: Optional[dict] = None, bt_seed: Optional[int] = None, bt_steps: int = BT_STEPS,
-                 progress: Optional[Callable[[str], None]] = _stderr_line):
+                 progress: Optional[Callable[[str], None]] = _stderr_line, vocab: Optional[str] = None,
+                 src_len: Optional[int] = None):
         if src_lang == tgt_lang:
             raise ConfigError("src_lang and tgt_lang are both %r: a translation needs two languages" % src_lang)
         if not isinstance(max_length, int) or max_length < 2:
@@ -190,6 +193,12 @@ class BilingualPairLoader(object):
         for s, t in self.train_pairs + self.test_pairs:
             chars.update(s)
             chars.update(t)
+        if vocab is not None:
+            missing = chars - set(vocab)
+            if missing:
+                raise ConfigError("the data holds characters the model's vocabulary does not: %r"
+                                  % "".join(sorted(missing))[:40])
+            chars = set(vocab)
         self.tokenizer = CharTokenizer("".join(chars))
         self.synthetic_pairs, self.augment_stats = [], {}
         if augment:
@@ -203,7 +212,7 @@ class BilingualPairLoader(object):
                 progress=progress)
             self.train_pairs = self.train_pairs + self.synthetic_pairs
         everything = self.train_pairs + self.test_pairs
-        self.src_len = max(len(s) for s, _ in everything)          # sources padded to this (fixed)
+        self.src_len = int(src_len) if src_len else max(len(s) for s, _ in everything)   # sources padded to this
         self.tgt_len = max(len(t) for _, t in everything) + 1       # + EOS
 
     # --- reading -----------------------------------------------------------------------------

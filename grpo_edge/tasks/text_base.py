@@ -54,7 +54,7 @@ class TextTask(Task):
     ranges = {"temperature": (0, None, False), "eval_size": (0, None, True), "test_fraction": (0, 1, False, False),
               "split_seed": (0, 2 ** 32 - 1, True)}
     types = {"reward": str, "prompt_len": int, "max_new_tokens": int, "data_path": str, "mono_path": str,
-             "bt_epochs": int}
+             "bt_epochs": int, "vocab": str, "src_len": int}
     input_key = "prompt"
     default_rewards = {"exact_match": 1.0}
     eval_metrics = {}       # name -> fn(completion, reference, prompt), reported by evaluate() besides the rewards

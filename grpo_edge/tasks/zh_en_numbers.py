@@ -32,6 +32,7 @@ class ZhEnNumbersTask(TextTask):
       reward (None)           one more user reward "module.path:fn", weight 1.0
       reward_errors ("raise") "raise" or "skip" (warn, score 0) a reward that raises or returns NaN/inf
       eval_size (500)         test pairs scored by evaluate(n=0); 0 = all
+      vocab, src_len (None)   the characters and padded source length; default the data's (a checkpoint keeps its own)
       augment (False), mono_path (None), bt_steps (800), bt_epochs (None)   back-translation: target-language
                               lines in mono_path become synthetic train pairs via a reverse model, kept when a
                               forward model translates them back (BilingualPairLoader); bt_epochs counts epochs
@@ -43,7 +44,8 @@ class ZhEnNumbersTask(TextTask):
     defaults = {"max_number": 9999, "liang": False, "data_path": None, "src_lang": "zh", "tgt_lang": "en",
                 "max_length": 64, "test_fraction": 0.1, "split_seed": 0, "max_new_tokens": None,
                 "temperature": 1.0, "rewards": dict(default_rewards), "reward": None, "reward_errors": "raise",
-                "eval_size": 500, "augment": False, "mono_path": None, "bt_epochs": None, "bt_steps": 800}
+                "eval_size": 500, "augment": False, "mono_path": None, "bt_epochs": None, "bt_steps": 800,
+                "vocab": None, "src_len": None}
     eval_metrics = {"exact_match": exact_match, "chrf": chrf}
 
     def __init__(self, cfg: dict = None, seed: int = 0):
@@ -59,7 +61,8 @@ class ZhEnNumbersTask(TextTask):
             max_number=cfg_get(cfg, "max_number", 9999, int, 1), liang=cfg_get(cfg, "liang", False, bool),
             augment=cfg_get(cfg, "augment", False, bool), mono_path=cfg.get("mono_path"),
             bt_epochs=cfg_get(cfg, "bt_epochs", None, int, 1),
-            bt_steps=cfg_get(cfg, "bt_steps", 800, int, 1), bt_seed=seed)
+            bt_steps=cfg_get(cfg, "bt_steps", 800, int, 1), bt_seed=seed, vocab=cfg_get(cfg, "vocab", None, str),
+            src_len=cfg_get(cfg, "src_len", None, int, 1))
         self.tokenizer = self.loader.tokenizer
         self.train_problems = self.loader.train_pairs
         self.test_problems = self.loader.test_pairs
@@ -85,6 +88,19 @@ class ZhEnNumbersTask(TextTask):
     def encode_inputs(self, texts):
         """Sources -> (B, src_len) long, right-padded with PAD."""
         return self.loader.encode_src(texts)
+
+    @classmethod
+    def restore_cfg(cls, meta):
+        """What a checkpoint fixes when the task is rebuilt from it (eval, calibrate, deploy): its vocabulary
+        and lengths. Back-translation is not run again: the model is trained, and eval and calibration read
+        the real pairs only (a run with --mono-path evaluates without its mono file, in seconds)."""
+        out = {"augment": False, "mono_path": None}
+        if isinstance(meta.get("tokenizer"), dict) and isinstance(meta["tokenizer"].get("chars"), str):
+            out["vocab"] = meta["tokenizer"]["chars"]
+        for key in ("src_len", "max_new_tokens"):
+            if isinstance(meta.get(key), int):
+                out[key] = meta[key]
+        return out
 
     def checkpoint_meta(self) -> dict:
         return {
