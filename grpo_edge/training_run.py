@@ -71,7 +71,10 @@ def _check_model_fits(model, task):
 def _record_what_runs(cfg, model, task):
     """The run's config as it runs: the model passed in (its arch and sizes) and the task's name, so that
     config.yaml, checkpoints and --resume describe this run, not the defaults it replaced."""
-    cfg.model = dict(model.config(), arch=model.arch) if hasattr(model, "config") else dict(cfg.model)
+    if hasattr(model, "config"):            # the task sets its sizes (vocab_size, obs_dim, ...): not config keys
+        fixed = set(task.model_kwargs()) if hasattr(task, "model_kwargs") else set()
+        cfg.model = dict(((k, v) for k, v in model.config().items() if k not in fixed and v is not None),
+                         arch=model.arch)
     if isinstance(cfg.task, dict) and getattr(task, "name", None):
         cfg.task["name"] = task.name
     return cfg.to_dict()

@@ -270,6 +270,11 @@ def test_a_model_passed_in_must_fit_its_task_and_is_recorded(tmp_path):
     assert cfg["model"]["arch"] == "micro-gpt" and cfg["model"]["d_model"] == 32 and cfg["task"]["name"] == "arithmetic"
     state = load_checkpoint(tmp_path / "last.pt")
     assert state["arch"] == "micro-gpt" and state["task"] == "arithmetic"
+    # `train --resume --save-dir D` without --config continues D's run as config.yaml records it
+    from conftest import cli_in
+    r = cli_in(tmp_path, "train", "--resume", "--save-dir", tmp_path, "--set", "training.steps=2", "-q")
+    assert r.returncode == 0 and "resuming from step 1 of 2" in r.stderr, r.stderr
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 2
 
 
 @pytest.mark.parametrize("recipe, setting, message", [

@@ -13,7 +13,7 @@ def train(
     set_: List[str] = typer.Option([], "--set", help="Override a config value: section.key=value (repeatable)."),
     data_path: Optional[str] = typer.Option(None, "--data-path", "--data_path", help="Your own text data: JSONL, CSV or TSV with a prompt column and a completion or answer column (task text, the default with this option; zh-en-numbers takes src/tgt pairs). docs/own_task.md."),
     save_dir: Optional[str] = typer.Option(None, "--save-dir", "--save_dir", help="Run folder (default runs/<task>)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly (without --config: as <save-dir>/config.yaml says)."),
     force: bool = typer.Option(False, "--force", help="Start over in a --save-dir that holds another run: deletes that run's own files (last.pt, best.pt, metrics.jsonl, ...), nothing else."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (CPU runs are reproducible)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto (default: CUDA for a model of 50k+ parameters when torch sees a GPU, else the CPU; the choice is printed), cpu or cuda."),
@@ -59,6 +59,8 @@ def train(
         return run_online_cli(config, overrides + ["%s=%s" % (k, json.dumps(v)) for k, v in literals.items()],
                               save_dir)
     from grpo_edge.training_run import GRPOTrainer, install_sigterm_handler
+    if resume and config is None and save_dir is not None and (Path(save_dir) / "config.yaml").is_file():
+        config = str(Path(save_dir) / "config.yaml")     # --resume continues the run as it was configured
     cfg = load_train_config(config, overrides, literals)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     if not resume:
