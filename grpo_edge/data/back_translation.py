@@ -85,7 +85,7 @@ def train_seq2seq(pairs: List[Pair], tokenizer: CharTokenizer, steps: int = BT_S
                 step += 1
                 if progress is not None and (step == total or step % max(1, total // 10) == 0):
                     progress("back-translation: %s step %d/%d, loss %.3f (%.0f s)"
-                             % (name, step, total, float(loss), time.time() - t0))
+                             % (name, step, total, loss.item(), time.time() - t0))
                 if step >= total:
                     break
     model.eval()
