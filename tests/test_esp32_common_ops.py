@@ -727,3 +727,77 @@ def test_an_integer_input_read_by_anything_but_an_embedding_is_refused_before_an
                "--out", tmp_path / "out")
     assert r.returncode == 2 and "  Cast node '/Cast': no ESP32 rule for this op type" in r.stderr.splitlines(), r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out" / "model.int8.onnx").exists()
+
+
+class _LogSoftmaxPolicy(torch.nn.Module):
+    """A policy head written log_softmax(logits), as Categorical(logits=...) code often exports it; with
+    `inner`, the log-probabilities feed another layer (their int8 parameters then come from calibration)."""
+
+    def __init__(self, inner=False):
+        super().__init__()
+        self.l1, self.l2, self.inner = torch.nn.Linear(4, 16), torch.nn.Linear(16, 5), inner
+        self.l3 = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        y = torch.log_softmax(self.l2(torch.relu(self.l1(x))), dim=-1)
+        return self.l3(y) if self.inner else y
+
+
+@pytest.mark.parametrize("inner", [False, True])
+def test_log_softmax_equals_tflm_onnxruntime_and_the_c(tmp_path, inner):
+    """LogSoftmax: onnx2int8 gives its output TFLite's fixed parameters (16/256, 127), whether onnxruntime left
+    it float (a final one) or calibrated it (one that feeds a layer). Within 1 LSB of onnxruntime per op, the
+    C equal to the reference on host and rv32, TFLM's LOG_SOFTMAX equal on the whole model."""
+    src = _export(_LogSoftmaxPolicy(inner), tmp_path / "m.onnx")
+    q = tmp_path / "m.int8.onnx"
+    onnx2int8(src, _calibration(tmp_path / "c.npy"), q)
+    g = parse.parse(q)
+    op = next(o for o in g.ops if o.kind == "log_softmax")
+    out = g.tensors[op.output]
+    assert (np.float32(out.scale), out.zero_point) == (np.float32(1 / 16), 127)
+    assert (g.output == op.output) is (not inner)
+    x = _ort_host_rv32(g, q, (4,), "lsm")
+    need(tflm.available(), "pip install tflite-micro")
+    (tmp_path / "m.tflite").write_bytes(tflm.to_tflite(g)[0])
+    y = tflm.run(tmp_path / "m.tflite", tflm.to_tflm_input(g, x), str(tmp_path), 1 << 16).reshape(len(x), -1)
+    assert np.array_equal(y, R.run(g, x).reshape(len(x), -1))
+
+
+def test_log_softmax_reference_follows_the_float_log_softmax_over_input_scales():
+    """The integer log-softmax is within half an output step (1/32) of the float one on its quantized inputs,
+    for input scales from 4e-4 to 1.3 and rows of 2 to 100; what falls below -15.9 is -128."""
+    from grpo_edge.targets.esp32.ir import TensorInfo
+    from grpo_edge.targets.esp32.log_softmax_ref import log_softmax_int8, log_softmax_params
+    for s_in, zp, n in [(0.0004, 5, 3), (0.0059, 27, 2), (0.05, -3, 6), (0.2, 10, 10), (0.01, 0, 100), (1.3, 0, 7)]:
+        x = np.random.default_rng(n).integers(-128, 128, size=(300, n))
+        p = log_softmax_params(TensorInfo("x", (1, n), s_in, zp), TensorInfo("y", (1, n), 1 / 16, 127))
+        y = (log_softmax_int8(x, p).astype(np.float64) - 127) / 16
+        r = s_in * (x - zp)
+        ref = r - r.max(-1, keepdims=True) - np.log(np.exp(r - r.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        assert np.abs(y - np.maximum(ref, -255 / 16)).max() <= 1 / 32 + 1e-9, (s_in, n)
+
+
+def test_log_softmax_refusals_are_one_line(tmp_path):
+    """With int16 activations (no 16x8 form), and in a QDQ model whose log-softmax output is float or has other
+    parameters than TFLite's (quantized elsewhere): one line saying what to do."""
+    import onnx
+    from onnx import numpy_helper
+    src = _export(_LogSoftmaxPolicy(), tmp_path / "m.onnx")
+    onnx2int8(src, _calibration(tmp_path / "c.npy"), tmp_path / "m16.onnx", activations="int16")
+    with pytest.raises(parse.ExportError, match="no int16 \\(16x8\\) log-softmax here: deploy with --activations int8"):
+        parse.parse(tmp_path / "m16.onnx")
+    onnx2int8(src, tmp_path / "c.npy", tmp_path / "m8.onnx")
+    m = onnx.load(str(tmp_path / "m8.onnx"))
+    scale = next(i for i in m.graph.initializer if i.name == "y_scale")
+    scale.CopyFrom(numpy_helper.from_array(np.array(0.1, np.float32), "y_scale"))
+    onnx.save(m, str(tmp_path / "other.onnx"))
+    with pytest.raises(parse.ExportError, match="fixed int8 log-softmax parameters .* got 0.1 / 127"):
+        parse.parse(tmp_path / "other.onnx")
+    m = onnx.load(str(tmp_path / "m8.onnx"))           # as onnxruntime alone leaves it: the log-softmax float
+    keep = [n for n in m.graph.node if n.name not in ("y_Q", "y_DQ")]
+    next(n for n in keep if n.op_type == "LogSoftmax").output[0] = "y"
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    onnx.save(m, str(tmp_path / "float.onnx"))
+    with pytest.raises(parse.ExportError, match="its float output is not quantized: quantize with grpo-edge quantize"):
+        parse.parse(tmp_path / "float.onnx")

@@ -33,6 +33,7 @@ FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
 # HardSigmoid) still get an int8 edge between them.
 ACTIVATION_OPS = ("Tanh", "Sigmoid", "HardSwish", "HardSigmoid", "LeakyRelu", "Relu", "Clip", "Gelu", "FastGelu",
                   "Sub", "PRelu", "Elu", "Celu", "Selu", "Softplus", "Softsign")
+LOG_SOFTMAX_OUTPUT = (16.0 / 256, 127)       # TFLite's int8 log-softmax output: scale, zero point
 INT16_HEADROOM = 2.0       # int16 activation ranges: this many times the calibration range (minmax)
 MIN_SAMPLES = 100
 
@@ -215,6 +216,13 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
     extra = {"ActivationSymmetric": activations == "int16", "WeightSymmetric": True, "ForceQuantizeNoInputCheck": True}
     if activations == "int16":
         extra["TensorQuantOverrides"] = _int16_overrides(src, data, method)
+    else:                                # TFLite's fixed log-softmax output (a layer after it sees these)
+        import onnx
+        fixed = {n.output[0]: [{"scale": np.array(LOG_SOFTMAX_OUTPUT[0], np.float32),
+                                "zero_point": np.array(LOG_SOFTMAX_OUTPUT[1], np.int8)}]
+                 for n in onnx.load(str(src)).graph.node if n.op_type == "LogSoftmax"}
+        if fixed:
+            extra["TensorQuantOverrides"] = fixed
     cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
           "percentile": CalibrationMethod.Percentile}[method]
     import contextlib
@@ -240,6 +248,30 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         raise ExportError("int8 quantization of %s failed (%s)" % (src, msg[:300]))
     finally:
         root.setLevel(level)
+    if activations == "int8":
+        _quantize_log_softmax_outputs(dst)
+
+
+def _quantize_log_softmax_outputs(path) -> None:
+    """A final LogSoftmax, which onnxruntime leaves in float, gets TFLite's fixed int8 output (LOG_SOFTMAX_OUTPUT:
+    log-probabilities -15.9..0 in steps of 1/16; one that feeds a quantized op has them from _quantize's
+    overrides), so that every target computes what TFLite does: its result is renamed, and a Q -> DQ pair
+    gives back the original name."""
+    import onnx
+    from onnx import helper, numpy_helper
+    model = onnx.load(str(path))
+    g = model.graph
+    quantized = {n.input[0] for n in g.node if n.op_type == "QuantizeLinear"}
+    for n in [n for n in g.node if n.op_type == "LogSoftmax" and n.output[0] not in quantized]:
+        t = n.output[0]
+        f, q, scale, zp = t + "/float", t + "_QuantizeLinear_Output", t + "_scale", t + "_zero_point"
+        n.output[0] = f
+        g.initializer.extend([numpy_helper.from_array(np.array(LOG_SOFTMAX_OUTPUT[0], np.float32), scale),
+                              numpy_helper.from_array(np.array(LOG_SOFTMAX_OUTPUT[1], np.int8), zp)])
+        at = list(g.node).index(n) + 1
+        g.node.insert(at, helper.make_node("QuantizeLinear", [f, scale, zp], [q], name=t + "_Q"))
+        g.node.insert(at + 1, helper.make_node("DequantizeLinear", [q, scale, zp], [t], name=t + "_DQ"))
+    onnx.save(model, str(path))
 
 
 def _default_op_types(src) -> list:

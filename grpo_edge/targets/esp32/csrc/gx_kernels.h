@@ -564,21 +564,33 @@ GX_INLINE int32_t gx_sm_shl(int32_t x, int e)
     return (int32_t)((uint32_t)x << e);
 }
 
-/* TFLite GetReciprocal with 12 integer bits. */
-GX_INLINE int32_t gx_sm_recip(int32_t sum, int *bits_over_unit)
+/* Leading zeros of a 32-bit word (32 for 0). */
+GX_INLINE int gx_clz32(uint32_t u)
 {
-    int clz = 0, i;
-    int64_t s;
-    int32_t half, x;
-    uint32_t u = (uint32_t)sum;
-    while (clz < 32 && !(u & 0x80000000u)) { u <<= 1; ++clz; }
-    *bits_over_unit = 12 - clz;
-    s = (int64_t)(int32_t)(((uint32_t)sum << clz) - 0x80000000u) + INT32_MAX;
-    half = (int32_t)((s + (s >= 0 ? 1 : -1)) / 2);
-    x = 1515870810 + gx_srdhm(half, -1010580540);
+    int n = 0;
+    if (!u) return 32;
+    while (!(u & 0x80000000u)) { u <<= 1; ++n; }
+    return n;
+}
+
+/* gemmlowp one_over_one_plus_x_for_x_in_0_1: Q0.31 a in [0, 1) -> Q0.31 1 / (1 + a) (Newton-Raphson). */
+GX_INLINE int32_t gx_sm_one_over(int32_t a)
+{
+    const int64_t s = (int64_t)a + INT32_MAX;
+    const int32_t half = (int32_t)((s + (s >= 0 ? 1 : -1)) / 2);
+    int32_t x = 1515870810 + gx_srdhm(half, -1010580540);
+    int i;
     for (i = 0; i < 3; ++i)
         x = x + gx_sm_shl(gx_srdhm(x, (1 << 29) - gx_srdhm(half, x)), 2);
     return gx_sm_shl(x, 1);
+}
+
+/* TFLite GetReciprocal with 12 integer bits. */
+GX_INLINE int32_t gx_sm_recip(int32_t sum, int *bits_over_unit)
+{
+    const int clz = gx_clz32((uint32_t)sum);
+    *bits_over_unit = 12 - clz;
+    return gx_sm_one_over((int32_t)(((uint32_t)sum << clz) - 0x80000000u));
 }
 
 GX_INLINE int32_t gx_sm_e(const gx_softmax_t *p, int32_t d)
@@ -606,6 +618,75 @@ GX_INLINE void gx_softmax(const gx_softmax_t *p, const int8_t *restrict in, int8
                 v = gx_rdbpot(gx_srdhm(recip, e), bits + 23) - 128;
             else
                 v = gx_mbqm(gx_rdbpot(gx_srdhm(recip, e), bits + 15), p->out_mult, p->out_shift) + p->out_offset;
+            o[c] = (int8_t)gx_clamp(v, -128, 127);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ log-softmax (TFLite int8) */
+
+typedef struct {
+    int rows, n;                /* log-softmax over the last axis of rows x n */
+    int32_t diff_min, input_mult;
+    int input_left_shift;
+    int32_t reverse_mult;       /* Q5.26 back to input steps: the most negative difference that fits */
+    int reverse_shift;          /* output: scale 16/256, zero point 127 (TFLite's) */
+} gx_log_softmax_t;
+
+GX_INLINE int32_t gx_wadd(int32_t a, int32_t b)
+{
+    return (int32_t)((uint32_t)a + (uint32_t)b);
+}
+
+GX_INLINE int32_t gx_sat_add(int64_t v)
+{
+    return v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : (int32_t)v);
+}
+
+/* log(z) of a Q12.19 z >= 1 -> Q5.26 (TFLite log_x_for_x_greater_than_or_equal_to_1<5>: z = 2^k r, the
+ * power of two split in two ways and the closer kept, log r by a rational approximation). */
+GX_INLINE int32_t gx_lsm_log(int32_t z)
+{
+    const int32_t quarter = 8388608, sqrt_half = 1518500250, sqrt_sqrt_half = 1805811301;   /* 1/4 in Q6.25 */
+    const int hr_a = gx_clz32((uint32_t)z);
+    const int32_t r_a = gx_sm_shl(gx_srdhm(gx_sm_shl(z, hr_a - 1), sqrt_half), 1);
+    const int32_t pow_a = gx_sat_add((int64_t)gx_sm_shl(12 - hr_a, 25) + quarter);
+    const int hr_b = gx_clz32((uint32_t)gx_srdhm(z, sqrt_half)) - 1;
+    const int32_t r_b = gx_sm_shl(z, hr_b);
+    const int32_t pow_b = gx_sat_add((int64_t)gx_sm_shl(12 - hr_b, 25) - quarter);
+    const int32_t r = r_a < r_b ? r_a : r_b, z_pow = pow_a > pow_b ? pow_a : pow_b;
+    const int64_t sum = (int64_t)r + sqrt_sqrt_half;
+    const int32_t p = (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
+    const int32_t q = gx_wadd(gx_wadd(r, -sqrt_sqrt_half), gx_wadd(r, -sqrt_sqrt_half));
+    const int32_t sq = gx_srdhm(q, q);
+    const int32_t num = gx_wadd(gx_srdhm(q, r), gx_srdhm(gx_srdhm(q, sq), 117049297));
+    const int32_t den = gx_wadd(gx_srdhm(p, gx_wadd(gx_wadd(1057819769, q), gx_srdhm(127690142, sq))),
+                                gx_srdhm(638450708, q));
+    return gx_sm_shl(gx_wadd(gx_srdhm(z_pow, 1488522236), gx_srdhm(gx_rdbpot(num, 6), gx_sm_one_over(den))), 1);
+}
+
+/* LOG_SOFTMAX int8 (TFLite reference_integer_ops::LogSoftmax); scaled differences recomputed in the last
+ * pass, so no scratch buffer. */
+GX_INLINE void gx_log_softmax(const gx_log_softmax_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    int r, c;
+    for (r = 0; r < p->rows; ++r) {
+        const int8_t *x = in + r * p->n;
+        int8_t *o = out + r * p->n;
+        int32_t mx = -128, sum = 0, log_sum, adjusted, v;
+        for (c = 0; c < p->n; ++c) if (x[c] > mx) mx = x[c];
+        for (c = 0; c < p->n; ++c) {
+            const int32_t d = (int32_t)x[c] - mx;
+            if (d >= p->diff_min)
+                sum = gx_wadd(sum, gx_rdbpot(gx_sm_exp(gx_mbqm(d, p->input_mult, p->input_left_shift)), 12));
+        }
+        log_sum = gx_lsm_log(sum);
+        adjusted = gx_mbqm(gx_wadd(log_sum, INT32_MIN), p->reverse_mult, p->reverse_shift);
+        if (adjusted < p->diff_min - 1) adjusted = p->diff_min - 1;
+        for (c = 0; c < p->n; ++c) {
+            const int32_t d = (int32_t)x[c] - mx;
+            if (d <= adjusted) { o[c] = -128; continue; }
+            v = gx_rdbpot(gx_mbqm(d, p->input_mult, p->input_left_shift) - log_sum, 22) + 127;
             o[c] = (int8_t)gx_clamp(v, -128, 127);
         }
     }

@@ -1,7 +1,8 @@
-"""SOFTMAX int8, TFLite's fixed-point rules (softmax_ref.py holds the arithmetic).
+"""SOFTMAX and LOG_SOFTMAX int8, TFLite's fixed-point rules (softmax_ref.py, log_softmax_ref.py hold the
+arithmetic).
 
-NumPy reference, C emission (gx_softmax), TFLite Micro mapping (SOFTMAX, and a QUANTIZE when the
-model's output scale is not TFLite's 1/256).
+NumPy reference, C emission (gx_softmax, gx_log_softmax), TFLite Micro mapping (SOFTMAX, and a QUANTIZE when
+the model's output scale is not TFLite's 1/256; LOG_SOFTMAX, whose output is always TFLite's 16/256, 127).
 """
 import numpy as np
 
@@ -14,53 +15,100 @@ from ..parse import attr, label
 from . import OpSpec, elementwise_macs
 
 
+
+def _softmax_fields(a):
+    tfl = bool(a["tflite_output"])
+    return [("tflite_output", int(tfl)), ("out_mult", 0 if tfl else a["output_multiplier"]),
+            ("out_shift", 0 if tfl else a["output_shift"]), ("out_offset", 0 if tfl else a["output_offset"])]
+
+
+def _log_softmax_fields(a):
+    return [("reverse_mult", a["reverse_multiplier"]), ("reverse_shift", a["reverse_shift"])]
+
+
+# kind -> (C kernel, its own struct fields, TFLite operator and options)
+KINDS = {"softmax": ("gx_softmax", _softmax_fields, "SOFTMAX", "SoftmaxOptions"),
+         "log_softmax": ("gx_log_softmax", _log_softmax_fields, "LOG_SOFTMAX", "LogSoftmaxOptions")}
+
+
 def reference(x, p):
     from ..softmax_ref import softmax_int8
     return softmax_int8(x, p)
 
 
+def log_reference(x, p):
+    from ..log_softmax_ref import log_softmax_int8
+    return log_softmax_int8(x, p)
+
+
 def emit(em, i, op, name):
     a = op.attrs
+    fn, fields = KINDS[op.kind][:2]
     shape = em.g.tensors[op.output].shape
     n = shape[-1]
-    tfl = bool(a["tflite_output"])
-    em.data.append(c_struct("gx_softmax_t", name, [
+    em.data.append(c_struct(fn + "_t", name, [
         ("rows", int(np.prod(shape)) // n), ("n", n), ("diff_min", a["diff_min"]),
-        ("input_mult", a["input_multiplier"]), ("input_left_shift", a["input_left_shift"]),
-        ("tflite_output", int(tfl)), ("out_mult", 0 if tfl else a["output_multiplier"]),
-        ("out_shift", 0 if tfl else a["output_shift"]), ("out_offset", 0 if tfl else a["output_offset"])]))
-    return "gx_softmax(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
-
-# -- 16x8 kernels (gx_kernels16.h; int16 activations, zero points 0)
+        ("input_mult", a["input_multiplier"]), ("input_left_shift", a["input_left_shift"])] + fields(a)))
+    return "%s(&%s, %s, %s)" % (fn, name, em.ptr(op.inputs[0]), em.ptr(op.output))
 
 
 def tflm(b, i, op):
-    """SOFTMAX; TFLite fixes its outputs at 1/256, -128, so another output scale needs a QUANTIZE after."""
-    tfl, B, out = b.tfl, b.tfl.BuiltinOperator, b.g.tensors[op.output]
+    """SOFTMAX / LOG_SOFTMAX. TFLite fixes softmax's outputs at 1/256, -128, so another output scale needs a
+    QUANTIZE after; a log-softmax has TFLite's own parameters (16/256, 127) already (the rule checks)."""
+    code, options = KINDS[op.kind][2:]
+    tfl, out = b.tfl, b.g.tensors[op.output]
     y = b.act(op.output)
-    if not op.attrs["tflite_output"]:
+    fixed = op.kind == "log_softmax" or op.attrs["tflite_output"]
+    if not fixed:
         y = b.act("softmax_fixed%d" % i, nhwc(out.shape), 1.0 / 256, -128)
         b.notes.append("op %d (softmax): TFLM needs output scale 1/256 then a QUANTIZE to the model's "
-                          "scale %g (two roundings); we requantize from 16 fractional bits once" % (i, out.scale))
-    b.op(B.SOFTMAX, [b.act(op.inputs[0])], [y], tfl.BuiltinOptions.SoftmaxOptions,
-            tfl.SoftmaxOptionsT(beta=1.0))
-    if not op.attrs["tflite_output"]:
-        b.op(B.QUANTIZE, [y], [b.act(op.output)])
+                       "scale %g (two roundings); we requantize from 16 fractional bits once" % (i, out.scale))
+    opts = getattr(tfl, options + "T")(**({"beta": 1.0} if op.kind == "softmax" else {}))
+    b.op(getattr(tfl.BuiltinOperator, code), [b.act(op.inputs[0])], [y], getattr(tfl.BuiltinOptions, options), opts)
+    if not fixed:
+        b.op(tfl.BuiltinOperator.QUANTIZE, [y], [b.act(op.output)])
 
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
-def from_softmax(p, node):
+def _last_axis_rule(kind, op_type, params_of):
+    """The ONNX rule of an op over the last axis whose kernel parameters come from params_of(x, out, label)."""
+    def rule(p, node):
+        x = p.tensors[p.act_input(node, 0)]
+        axis = attr(node, "axis", -1) % len(x.shape)
+        if axis != len(x.shape) - 1:
+            raise ExportError("%s: %s only over the last axis" % (label(node), op_type))
+        name, scale, zp = p.output_q(node)
+        out = TensorInfo(name, x.shape, scale, zp)
+        p.add_op(kind, node, [x.name], x.shape, params_of(x, out, node_label=label(node)))
+    return rule
+
+
+def _softmax_params(x, out, node_label=""):
     from ..softmax_ref import softmax_params
-    x = p.tensors[p.act_input(node, 0)]
-    axis = attr(node, "axis", -1) % len(x.shape)
-    if axis != len(x.shape) - 1:
-        raise ExportError("%s: Softmax only over the last axis" % label(node))
-    name, scale, zp = p.output_q(node)
-    out = TensorInfo(name, x.shape, scale, zp)
-    p.add_op("softmax", node, [x.name], x.shape, softmax_params(x, out, node_label=label(node)))
+    return softmax_params(x, out, node_label)
 
 
-SPECS = [OpSpec("softmax", reference, emit, tflm, elementwise_macs)]
+def _log_softmax_params(x, out, node_label=""):
+    from ..log_softmax_ref import log_softmax_params
+    return log_softmax_params(x, out, node_label)
 
-ONNX = {"Softmax": from_softmax}
+
+from_softmax = _last_axis_rule("softmax", "Softmax", _softmax_params)
+_log_softmax_rule = _last_axis_rule("log_softmax", "LogSoftmax", _log_softmax_params)
+
+
+def from_log_softmax(p, node):
+    """onnxruntime leaves LogSoftmax in float: onnx2int8 gives its output TFLite's fixed int8 parameters; a model
+    quantized elsewhere, or with int16 activations, says what to do (log_softmax_params checks the parameters)."""
+    if p.qtype.get(p.act_input(node, 0)) == "int16":
+        raise ExportError("%s: no int16 (16x8) log-softmax here: deploy with --activations int8" % label(node))
+    if "QuantizeLinear" not in [c.op_type for c in p.consumers.get(node.output[0], [])]:
+        raise ExportError("%s: its float output is not quantized: quantize with grpo-edge quantize (onnx2int8), "
+                          "which gives it TFLite's fixed int8 output (scale 16/256, zero point 127)" % label(node))
+    _log_softmax_rule(p, node)
+
+SPECS = [OpSpec("softmax", reference, emit, tflm, elementwise_macs),
+         OpSpec("log_softmax", log_reference, emit, tflm, elementwise_macs)]
+
+ONNX = {"Softmax": from_softmax, "LogSoftmax": from_log_softmax}
