@@ -41,7 +41,7 @@ def grpo_edge(repo, args, cwd, timeout=900):
 
 def build_fixtures(repo, folder: Path):
     """cp.pt (cartpole), arith.pt (micro-gpt), m.onnx (fp32), c.npz/c.npy (calibration), q.onnx (int8 QDQ),
-    inf.npy (one inf), wide.npy (wrong width)."""
+    inf.npy (one inf), wide.npy (wrong width), ls.onnx (a log-softmax policy head)."""
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "done").exists():
         return folder
@@ -62,8 +62,21 @@ def build_fixtures(repo, folder: Path):
     bad[3, 1] = np.inf
     np.save(str(folder / "inf.npy"), bad)
     np.save(str(folder / "wide.npy"), np.zeros((64, 7), np.float32))
+    _log_softmax_onnx(folder / "ls.onnx")
     (folder / "done").write_text("ok\n")
     return folder
+
+
+def _log_softmax_onnx(path):
+    """ls.onnx: a CartPole-shaped policy whose head is log_softmax(logits), as Categorical code exports it."""
+    import warnings
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2), torch.nn.LogSoftmax(-1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m.eval(), (torch.randn(1, 4),), str(path), opset_version=17, dynamo=False,
+                          input_names=["obs"], output_names=["logp"])
 
 
 def _sha(p: Path):
