@@ -670,8 +670,8 @@ def test_input_shapes_the_compiler_cannot_take_are_refused_before_any_work(tmp_p
         torch.onnx.export(Rank5(), torch.randn(1, 2, 2, 2, 2), str(tmp_path / "r5.onnx"), opset_version=17,
                           dynamo=False, input_names=["x"], output_names=["y"])
     calib = _calibration(tmp_path / "c.npy", shape=(20, 10))
-    for name, want in (("dyn", ["error: 1 input shape cannot be compiled for the ESP32",
-                                "  input 'x' has a dynamic dimension at axis 1: export it with fixed sizes past the batch"]),
+    for name, want in (("dyn", ["error: 1 input shape cannot be compiled for the ESP32: input 'x' has a dynamic "
+                                "dimension at axis 1: export it with fixed sizes past the batch (it compiles Add"]),
                        ("r5", ["error: 1 op and 1 input shape cannot be compiled for the ESP32",
                                "  Exp node '/Exp': no ESP32 rule for this op type",
                                "  input 'x' has rank 5: the compiler takes at most 4"])):
@@ -725,7 +725,7 @@ def test_an_integer_input_read_by_anything_but_an_embedding_is_refused_before_an
     np.save(tmp_path / "c.npy", np.random.default_rng(0).integers(0, 20, size=(64, 8)))
     r = cli_in(tmp_path, "deploy", "--target", "esp32", "--onnx", src, "--calibration", tmp_path / "c.npy",
                "--out", tmp_path / "out")
-    assert r.returncode == 2 and "  Cast node '/Cast': no ESP32 rule for this op type" in r.stderr.splitlines(), r.stderr
+    assert r.returncode == 2 and "Cast node '/Cast': no ESP32 rule for this op type" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out" / "model.int8.onnx").exists()
 
 

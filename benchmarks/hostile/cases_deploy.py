@@ -113,6 +113,8 @@ CASES = [
     dict(name="esp32-log-softmax-head", args=_deploy("esp32", "--onnx", "FIX/ls.onnx", "--calibration", "FIX/c.npy",
                                                      "--out", "d", "--activations", "int8"),
          expect="ok", check="exists:d/report.md"),
+    dict(name="esp32-log-softmax-int16", args=_deploy("esp32", "--onnx", "FIX/ls.onnx", "--calibration", "FIX/c.npy",
+                                                      "--out", "d", "--activations", "int16"), expect="error"),
     dict(name="onnx-garbage", setup=[("write", "bad.onnx", "not a model\n" * 10)],
          args=_deploy("rpi4", "--onnx", "bad.onnx", "--out", "d"), expect="error"),
     dict(name="onnx-is-checkpoint", args=_deploy("esp32", "--onnx", "FIX/cp.pt", "--out", "d"), expect="error"),

@@ -44,11 +44,14 @@ def parse(path) -> Graph:
 
 
 def compile_refusal(problems, rules) -> str:
-    """All the ops that cannot be compiled, one line each, under a line that says how many and what compiles."""
+    """All the ops that cannot be compiled, one line each, under a line that says how many and what compiles;
+    a single one is one line."""
     kinds = sorted(k for k in rules if k != "QuantizeLinear")
     n_in = sum(1 for p in problems if p.startswith("input "))
     what = [("%d op%s" % (n, "" if n == 1 else "s")) if k == "op" else ("%d input shape%s" % (n, "" if n == 1 else "s"))
             for k, n in (("op", len(problems) - n_in), ("input", n_in)) if n]
+    if len(problems) == 1:               # one line: what is at fault, then what compiles
+        return "%s cannot be compiled for the ESP32: %s (it compiles %s)" % (what[0], problems[0], ", ".join(kinds))
     return "\n".join(["%s cannot be compiled for the ESP32 (it compiles %s):" % (" and ".join(what), ", ".join(kinds))]
                      + ["  " + p for p in problems])
 
