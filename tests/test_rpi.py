@@ -246,6 +246,32 @@ def test_deploy_from_plain_onnx(deployed, tmp_path):
     assert "calibration_inputs(256), no policy" in " ".join(rep.notes)
 
 
+def test_deploy_an_onnx_exported_with_a_fixed_batch_of_one(tmp_path):
+    """torch.onnx.export fixes the batch at 1 unless told otherwise: deploy (the simulation ran 64 samples at
+    once: an onnxruntime traceback) and the folder's runner take such a model, a batch of that size at a time."""
+    import warnings
+    import torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2), torch.nn.LogSoftmax(-1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m.eval(), (torch.randn(1, 4),), str(tmp_path / "m.onnx"), opset_version=17, dynamo=False,
+                          input_names=["obs"], output_names=["logp"])
+    x = np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32)
+    np.save(tmp_path / "c.npy", x)
+    out = tmp_path / "d"
+    rep = deploy(tmp_path / "m.onnx", "rpi4", out, dict(FAST, calibration=str(tmp_path / "c.npy")))
+    assert rep.figures["sim_fp32_max_abs_diff"].value < 1e-5
+    np.save(tmp_path / "five.npy", x[:5])
+    r = _run(out, ["runner.py", "--model", "model.onnx", "--input", str(tmp_path / "five.npy"), "--json"])
+    assert r.returncode == 0, r.stderr
+    with torch.no_grad():
+        want = m(torch.as_tensor(x[:5])).numpy()
+    assert np.abs(np.asarray(json.loads(r.stdout)["outputs"]) - want).max() < 1e-5
+    r = _run(out, ["runner.py", "--check"])
+    assert r.returncode == 0 and r.stdout.count('"pass": true') == 2, r.stdout + r.stderr
+
+
 def test_bad_inputs(deployed, tmp_path):
     out, _ = deployed
     with pytest.raises(TargetError) as e:

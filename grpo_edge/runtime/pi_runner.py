@@ -56,7 +56,22 @@ class Runner(object):
         return {self.inputs[0].name: x}
 
     def run(self, x):
-        return self.session.run(None, self.feed(x))
+        feed = self.feed(x)
+        dims = self.inputs[0].shape
+        fixed = dims[0] if dims and isinstance(dims[0], int) and dims[0] > 0 else 0
+        n = len(next(iter(feed.values())))
+        if not fixed or n == fixed:
+            return self.session.run(None, feed)
+        # a model exported with a fixed batch (torch.onnx.export's default is 1): whole batches of that size,
+        # the last one padded with copies of its last sample, the outputs trimmed back to n
+        outs = []
+        for i in range(0, n, fixed):
+            part = dict((k, v[i:i + fixed]) for k, v in feed.items())
+            short = fixed - len(next(iter(part.values())))
+            if short:
+                part = dict((k, np.concatenate([v, np.repeat(v[-1:], short, axis=0)])) for k, v in part.items())
+            outs.append(self.session.run(None, part))
+        return [np.concatenate([o[j] for o in outs])[:n] for j in range(len(outs[0]))]
 
     def example(self):
         """A zero batch of one sample, for benchmarking."""
