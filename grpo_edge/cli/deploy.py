@@ -38,8 +38,9 @@ def quantize(
     task: Optional[str] = typer.Option(None, "--task", help="Measure on this task's states instead of held-out "
                                        "calibration samples (e.g. cartpole)."),
 ):
-    """Static int8 quantization (QDQ, per-channel int8 weights) with calibration data. The int8 model is
-    measured against fp32 on held-out samples (--holdout), never on its own calibration set alone; a
+    """Static int8 quantization (QDQ, per-channel int8 weights) with calibration data.
+
+    The int8 model is measured against fp32 on held-out samples (--holdout), never on its own calibration set alone; a
     degenerate calibration set and an agreement below --min-agreement are warnings (stderr and JSON)."""
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.onnx_utils import is_qdq
@@ -92,7 +93,9 @@ def deploy(
     force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that deploy did not make "
                                "(overwrites files of the same name)."),
 ):
-    """Build, simulate and report a target artifact from a checkpoint, or from an ONNX model (an fp32 one
+    """Build, simulate and report a target artifact from a checkpoint or an ONNX model.
+
+    From a checkpoint, or from an ONNX model (an fp32 one
     with --calibration, or an int8 QDQ one). A second deploy into the same folder replaces only the files
     it generated and that are unchanged (MANIFEST.sha256); an edited file is kept, the new one is NAME.new."""
     from grpo_edge.targets import deploy as deploy_target
@@ -136,8 +139,9 @@ def bench(
                                 help="Add the ESP32 per-op profile of the int8 model (rv32 instructions per op; "
                                      "host instructions ours vs TFLite Micro) and per_op.png."),
 ):
-    """Table of formats x size, task metric, host latency (measured), device latency/energy (estimated);
-    then, for vector models, where the ESP32 C spends its instructions, op by op."""
+    """Table of formats x size, task metric, host latency (measured), device latency/energy (estimated).
+
+    Then, for vector models, where the ESP32 C spends its instructions, op by op."""
     from grpo_edge.bench.table import run_bench
     run_bench(checkpoint, out, targets=tuple(t for t in targets.split(",") if t), options={"per_op": per_op})
     typer.echo((Path(out) / "bench.md").read_text())
@@ -188,12 +192,19 @@ def monitor(
     typer.echo(json.dumps(res, indent=1, default=str))
 
 
+def _help(fn) -> str:
+    """A command's docstring as --help shows it: paragraphs kept, each one line (rich keeps the source's line
+    breaks, which cut sentences in two)."""
+    import inspect
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(fn.__doc__).split("\n\n"))
+
+
 def register(app):
     app.command("export")(export)
-    app.command("quantize")(quantize)
+    app.command("quantize", help=_help(quantize))(quantize)
     app.command("calibrate")(calibrate)
-    app.command("deploy")(deploy)
-    app.command("bench")(bench)
+    app.command("deploy", help=_help(deploy))(deploy)
+    app.command("bench", help=_help(bench))(bench)
     app.command("targets")(targets_)
     app.command("flash")(flash)
     app.command("monitor")(monitor)
