@@ -801,3 +801,67 @@ def test_log_softmax_refusals_are_one_line(tmp_path):
     onnx.save(m, str(tmp_path / "float.onnx"))
     with pytest.raises(parse.ExportError, match="its float output is not quantized: quantize with grpo-edge quantize"):
         parse.parse(tmp_path / "float.onnx")
+
+
+class _CausalAttention(torch.nn.Module):
+    """One head of causal self-attention over 6 steps, its mask written with -inf: masked_fill(future, -inf), or
+    torch.where(past, scores, -inf)."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.inp, self.qkv, self.head, self.form = torch.nn.Linear(4, 16), torch.nn.Linear(16, 48), torch.nn.Linear(16, 3), form
+        self.register_buffer("future", torch.triu(torch.ones(6, 6, dtype=torch.bool), 1))
+        self.register_buffer("past", torch.tril(torch.ones(6, 6, dtype=torch.bool)))
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.inp(x)).chunk(3, dim=-1)
+        a = (q @ k.transpose(-1, -2)) / 4.0
+        if self.form == "masked_fill":
+            a = a.masked_fill(self.future, float("-inf"))
+        else:
+            a = torch.where(self.past, a, torch.tensor(float("-inf")))
+        return self.head((torch.softmax(a, dim=-1) @ v).mean(dim=1))
+
+
+@pytest.mark.parametrize("form", ["masked_fill", "where"])
+def test_attention_mask_of_minus_inf_is_a_masked_softmax(tmp_path, form):
+    """Where(constant mask, -inf, scores) -> Softmax: onnx2int8 leaves the pair float between the int8 scores and
+    the softmax's output Q (onnxruntime's quantizer gave the Where an infinite scale), the compiler makes one
+    masked softmax: masked scores take no part and give probability 0. Within 1 LSB of onnxruntime per op, the
+    C equal to the reference on host and rv32; the TFLM baseline says it has no mask."""
+    src = _export(_CausalAttention(form), tmp_path / "m.onnx", shape=(1, 6, 4))
+    fuse_onnx(src, tmp_path / "f.onnx")                 # as deploy does: shapes folded, patterns fused
+    q = tmp_path / "m.int8.onnx"
+    onnx2int8(tmp_path / "f.onnx", _calibration(tmp_path / "c.npy", shape=(6, 4)), q)
+    g = parse.parse(q)
+    sm = next(o for o in g.ops if o.kind == "softmax")
+    assert np.array_equal(sm.attrs["mask"], np.tril(np.ones((6, 6), np.uint8)))
+    x = _ort_host_rv32(g, q, (6, 4), "causal")
+    probs = R.run(g, x, keep=True)[sm.output].reshape(len(x), 6, 6)
+    future = np.triu(np.ones((6, 6), bool), 1)
+    assert np.all(probs[:, future] == -128) and np.all(probs[:, 0, 0] == 127)    # the first step sees itself only
+    with pytest.raises(Exception, match="no TFLM mapping for a masked softmax"):
+        tflm.to_tflite(g)
+
+
+def test_masked_softmax_reference_gives_masked_scores_nothing():
+    """The masked int8 softmax equals TFLite's softmax of the attended scores alone, and gives -128 elsewhere."""
+    from grpo_edge.targets.esp32.ir import TensorInfo
+    from grpo_edge.targets.esp32.softmax_ref import softmax_int8, softmax_params
+    x = np.random.default_rng(0).integers(-128, 128, size=(50, 6, 6))
+    p = softmax_params(TensorInfo("x", (1, 6, 6), 0.05, 0), TensorInfo("y", (1, 6, 6), 1 / 256, -128))
+    mask = np.tril(np.ones((6, 6), np.uint8))
+    y = softmax_int8(x, dict(p, mask=mask))
+    for r in range(6):
+        assert np.array_equal(y[:, r, :r + 1], softmax_int8(x[:, r, :r + 1], p)) and np.all(y[:, r, r + 1:] == -128)
+
+
+def test_a_where_that_is_not_an_attention_mask_is_refused_before_any_work(tmp_path):
+    class LeakyByWhere(torch.nn.Module):
+        def forward(self, x):
+            return torch.where(x > 0, x, 0.1 * x)
+    src = _export(LeakyByWhere(), tmp_path / "m.onnx")
+    r = cli_in(tmp_path, "deploy", "--target", "esp32", "--onnx", src, "--calibration", _calibration(tmp_path / "c.npy"),
+               "--out", tmp_path / "out")
+    assert r.returncode == 2 and "  Where node '/Where': only an attention mask compiles" in r.stderr.splitlines()[-1]
+    assert "Traceback" not in r.stderr and not (tmp_path / "out" / "model.int8.onnx").exists()

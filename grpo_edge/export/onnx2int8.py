@@ -211,18 +211,12 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         def get_next(self):
             return next(self._it, None)
 
-    # ForceQuantizeNoInputCheck: a Transpose / Reshape / MaxPool that reads the model's float input gets a Q
-    # before it too (ORT otherwise leaves such "latent" ops float when nothing upstream is quantized).
-    extra = {"ActivationSymmetric": activations == "int16", "WeightSymmetric": True, "ForceQuantizeNoInputCheck": True}
-    if activations == "int16":
-        extra["TensorQuantOverrides"] = _int16_overrides(src, data, method)
-    else:                                # TFLite's fixed log-softmax output (a layer after it sees these)
-        import onnx
-        fixed = {n.output[0]: [{"scale": np.array(LOG_SOFTMAX_OUTPUT[0], np.float32),
-                                "zero_point": np.array(LOG_SOFTMAX_OUTPUT[1], np.int8)}]
-                 for n in onnx.load(str(src)).graph.node if n.op_type == "LogSoftmax"}
-        if fixed:
-            extra["TensorQuantOverrides"] = fixed
+    import onnx
+    from grpo_edge.export.attention_mask import masked_softmaxes
+    model = onnx.load(str(src))
+    extra = _extra_options(model, src, data, method, activations)
+    # an attention mask of -inf (Where -> Softmax) stays float between int8 scores and the softmax's output Q
+    masked = [n.name for p in masked_softmaxes(model) for n in (p["where"], p["softmax"])]
     cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
           "percentile": CalibrationMethod.Percentile}[method]
     import contextlib
@@ -240,7 +234,7 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
                             weight_type=QuantType.QInt8,
                             per_channel=per_channel, reduce_range=reduce_range, calibrate_method=cm,
                             op_types_to_quantize=list(op_types) if op_types else _default_op_types(src),
-                            extra_options=extra)
+                            nodes_to_exclude=masked, extra_options=extra)
     except ExportError:
         raise
     except Exception as e:
@@ -250,6 +244,25 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         root.setLevel(level)
     if activations == "int8":
         _quantize_log_softmax_outputs(dst)
+    if masked and not isinstance(data, list):
+        from grpo_edge.export.attention_mask import quantize_scores
+        quantize_scores(src, dst, data)
+
+
+def _extra_options(model, src, data, method, activations) -> dict:
+    """quantize_static's extra_options. ForceQuantizeNoInputCheck: a Transpose / Reshape / MaxPool that reads the
+    model's float input gets a Q before it too (ORT otherwise leaves such "latent" ops float when nothing upstream
+    is quantized)."""
+    extra = {"ActivationSymmetric": activations == "int16", "WeightSymmetric": True, "ForceQuantizeNoInputCheck": True}
+    if activations == "int16":
+        extra["TensorQuantOverrides"] = _int16_overrides(src, data, method)
+        return extra
+    fixed = {n.output[0]: [{"scale": np.array(LOG_SOFTMAX_OUTPUT[0], np.float32),      # TFLite's log-softmax
+                            "zero_point": np.array(LOG_SOFTMAX_OUTPUT[1], np.int8)}]  # output: a layer after sees it
+             for n in model.graph.node if n.op_type == "LogSoftmax"}
+    if fixed:
+        extra["TensorQuantOverrides"] = fixed
+    return extra
 
 
 def _quantize_log_softmax_outputs(path) -> None:

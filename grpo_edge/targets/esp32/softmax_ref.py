@@ -98,10 +98,13 @@ def softmax_params(x, out, node_label=""):
 
 
 def softmax_int8(x, p):
-    """x (B, ..., N) int8 -> softmax over the last axis, int8."""
+    """x (B, ..., N) int8 -> softmax over the last axis, int8. With p["mask"] (an attention mask, one row per
+    softmax row of one sample: 1 where the score takes part), the masked scores take no part and give -128."""
     x = np.asarray(x, np.int64)
-    diff = x - x.max(axis=-1, keepdims=True)
-    keep = diff >= p["diff_min"]
+    attend = np.ones(x.shape, bool) if p.get("mask") is None else np.broadcast_to(
+        np.asarray(p["mask"], bool).reshape(x.shape[1:]), x.shape)
+    diff = x - np.where(attend, x, -129).max(axis=-1, keepdims=True)
+    keep = attend & (diff >= p["diff_min"])
     scaled = R.srdhm(_wrap(diff << p["input_left_shift"]), p["input_multiplier"])
     e = exp_on_negative_values(np.where(keep, scaled, 0))
     e = np.where(keep, e, 0)

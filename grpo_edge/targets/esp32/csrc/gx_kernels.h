@@ -534,6 +534,7 @@ typedef struct {
     int32_t out_mult;
     int out_shift;
     int32_t out_offset;
+    const uint8_t *mask;        /* NULL, or rows x n: 1 where a score takes part (an attention mask) */
 } gx_softmax_t;
 
 /* gemmlowp exp_on_negative_values, Q5.26 -> Q0.31. */
@@ -593,9 +594,10 @@ GX_INLINE int32_t gx_sm_recip(int32_t sum, int *bits_over_unit)
     return gx_sm_one_over((int32_t)(((uint32_t)sum << clz) - 0x80000000u));
 }
 
-GX_INLINE int32_t gx_sm_e(const gx_softmax_t *p, int32_t d)
+GX_INLINE int32_t gx_sm_e(const gx_softmax_t *p, int32_t d, int attend)
 {
-    return d >= p->diff_min ? gx_sm_exp(gx_srdhm((int32_t)((uint32_t)d << p->input_left_shift), p->input_mult)) : 0;
+    return attend && d >= p->diff_min
+        ? gx_sm_exp(gx_srdhm((int32_t)((uint32_t)d << p->input_left_shift), p->input_mult)) : 0;
 }
 
 /* SOFTMAX int8 (TFLite reference_integer_ops softmax); exp values are recomputed in the last pass,
@@ -605,15 +607,17 @@ GX_INLINE void gx_softmax(const gx_softmax_t *p, const int8_t *restrict in, int8
     int r, c, bits;
     for (r = 0; r < p->rows; ++r) {
         const int8_t *x = in + r * p->n;
+        const uint8_t *m = p->mask ? p->mask + r * p->n : 0;
         int8_t *o = out + r * p->n;
-        int32_t mx = -128, sum = 0, recip, v;
-        for (c = 0; c < p->n; ++c) if (x[c] > mx) mx = x[c];
-        for (c = 0; c < p->n; ++c) sum += gx_rdbpot(gx_sm_e(p, (int32_t)x[c] - mx), 12);
+        int32_t mx = -129, sum = 0, recip, v;
+        for (c = 0; c < p->n; ++c) if ((!m || m[c]) && x[c] > mx) mx = x[c];
+        for (c = 0; c < p->n; ++c) sum += gx_rdbpot(gx_sm_e(p, (int32_t)x[c] - mx, !m || m[c]), 12);
+        if (sum == 0) { for (c = 0; c < p->n; ++c) o[c] = -128; continue; }     /* every score masked */
         recip = gx_sm_recip(sum, &bits);
         for (c = 0; c < p->n; ++c) {
             const int32_t d = (int32_t)x[c] - mx;
-            const int32_t e = gx_sm_e(p, d);
-            if (d < p->diff_min) { o[c] = -128; continue; }
+            const int32_t e = gx_sm_e(p, d, !m || m[c]);
+            if (d < p->diff_min || (m && !m[c])) { o[c] = -128; continue; }
             if (p->tflite_output)
                 v = gx_rdbpot(gx_srdhm(recip, e), bits + 23) - 128;
             else

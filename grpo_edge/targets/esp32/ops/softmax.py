@@ -6,9 +6,9 @@ the model's output scale is not TFLite's 1/256; LOG_SOFTMAX, whose output is alw
 """
 import numpy as np
 
-from grpo_edge.errors import ExportError
+from grpo_edge.errors import ExportError, TargetError
 
-from ..codegen import c_struct
+from ..codegen import c_array, c_struct
 from ..tflm import nhwc
 from ..ir import TensorInfo
 from ..parse import attr, label
@@ -16,13 +16,14 @@ from . import OpSpec, elementwise_macs
 
 
 
-def _softmax_fields(a):
+def _softmax_fields(a, mask_name):
     tfl = bool(a["tflite_output"])
     return [("tflite_output", int(tfl)), ("out_mult", 0 if tfl else a["output_multiplier"]),
-            ("out_shift", 0 if tfl else a["output_shift"]), ("out_offset", 0 if tfl else a["output_offset"])]
+            ("out_shift", 0 if tfl else a["output_shift"]), ("out_offset", 0 if tfl else a["output_offset"]),
+            ("mask", mask_name if "mask" in a else "0")]
 
 
-def _log_softmax_fields(a):
+def _log_softmax_fields(a, mask_name):
     return [("reverse_mult", a["reverse_multiplier"]), ("reverse_shift", a["reverse_shift"])]
 
 
@@ -46,15 +47,19 @@ def emit(em, i, op, name):
     fn, fields = KINDS[op.kind][:2]
     shape = em.g.tensors[op.output].shape
     n = shape[-1]
+    if "mask" in a:                      # an attention mask: 1 where a score takes part, one row per softmax row
+        em.data.append(c_array("uint8_t", name + "_mask", a["mask"]))
     em.data.append(c_struct(fn + "_t", name, [
         ("rows", int(np.prod(shape)) // n), ("n", n), ("diff_min", a["diff_min"]),
-        ("input_mult", a["input_multiplier"]), ("input_left_shift", a["input_left_shift"])] + fields(a)))
+        ("input_mult", a["input_multiplier"]), ("input_left_shift", a["input_left_shift"])] + fields(a, name + "_mask")))
     return "%s(&%s, %s, %s)" % (fn, name, em.ptr(op.inputs[0]), em.ptr(op.output))
 
 
 def tflm(b, i, op):
     """SOFTMAX / LOG_SOFTMAX. TFLite fixes softmax's outputs at 1/256, -128, so another output scale needs a
     QUANTIZE after; a log-softmax has TFLite's own parameters (16/256, 127) already (the rule checks)."""
+    if "mask" in op.attrs:
+        raise TargetError("no TFLM mapping for a masked softmax (node %r): TFLite's SOFTMAX takes no mask" % op.name)
     code, options = KINDS[op.kind][2:]
     tfl, out = b.tfl, b.g.tensors[op.output]
     y = b.act(op.output)
@@ -72,16 +77,39 @@ def tflm(b, i, op):
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
 def _last_axis_rule(kind, op_type, params_of):
-    """The ONNX rule of an op over the last axis whose kernel parameters come from params_of(x, out, label)."""
+    """The ONNX rule of an op over the last axis whose kernel parameters come from params_of(x, out, label). A
+    softmax of masked scores (from_where) reads the int8 scores and keeps the mask, one row per softmax row."""
     def rule(p, node):
-        x = p.tensors[p.act_input(node, 0)]
+        scores, keep = p.masked.get(node.input[0], (None, None))
+        x = p.tensors[scores or p.act_input(node, 0)]
         axis = attr(node, "axis", -1) % len(x.shape)
         if axis != len(x.shape) - 1:
             raise ExportError("%s: %s only over the last axis" % (label(node), op_type))
         name, scale, zp = p.output_q(node)
         out = TensorInfo(name, x.shape, scale, zp)
-        p.add_op(kind, node, [x.name], x.shape, params_of(x, out, node_label=label(node)))
+        attrs = params_of(x, out, node_label=label(node))
+        if keep is not None:
+            attrs["mask"] = np.ascontiguousarray(np.broadcast_to(keep, x.shape).reshape(-1, x.shape[-1]), np.uint8)
+        p.add_op(kind, node, [x.name], x.shape, attrs)
     return rule
+
+
+def from_where(p, node):
+    """Where(constant mask, -inf, scores) read only by a Softmax (an attention mask, export/attention_mask.py): no
+    op of its own; the Softmax's rule takes the scores and the mask."""
+    from grpo_edge.export.attention_mask import masked_softmaxes
+    found = [m for m in masked_softmaxes(p.model) if m["where"].output[0] == node.output[0]]
+    if not found:
+        raise ExportError("%s: only an attention mask compiles (a constant condition choosing -inf or the scores, "
+                          "read by a Softmax)" % label(node))
+    scores = p.act_input(node, list(node.input).index(found[0]["scores"]))
+    keep = found[0]["keep"]
+    shape = p.tensors[scores].shape
+    try:
+        np.broadcast_to(keep, shape)
+    except ValueError:
+        raise ExportError("%s: mask of shape %s does not fit scores of shape %s" % (label(node), keep.shape, shape))
+    p.masked[node.output[0]] = (scores, keep)
 
 
 def _softmax_params(x, out, node_label=""):
@@ -111,4 +139,4 @@ def from_log_softmax(p, node):
 SPECS = [OpSpec("softmax", reference, emit, tflm, elementwise_macs),
          OpSpec("log_softmax", log_reference, emit, tflm, elementwise_macs)]
 
-ONNX = {"Softmax": from_softmax, "LogSoftmax": from_log_softmax}
+ONNX = {"Softmax": from_softmax, "LogSoftmax": from_log_softmax, "Where": from_where}

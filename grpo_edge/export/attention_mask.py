@@ -1,0 +1,72 @@
+"""Attention masks written with -inf: Where(mask, -inf, scores) -> Softmax (masked_fill before a softmax).
+
+onnxruntime's quantizer would give the Where's output an infinite scale. Instead (onnx2int8), the Where and
+its Softmax stay float between the scores' Q -> DQ and the Softmax's output Q: onnxruntime then computes the
+exact masked softmax of the int8 scores, and the ESP32 compiler fuses the pair into one masked softmax (the
+masked entries take no part and come out as probability 0).
+"""
+import numpy as np
+
+
+def _const(model, name):
+    """An initializer's or a Constant node's value, or None."""
+    from onnx import numpy_helper
+    for i in model.graph.initializer:
+        if i.name == name:
+            return numpy_helper.to_array(i)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output[0] == name and n.attribute:
+            return numpy_helper.to_array(n.attribute[0].t)
+    return None
+
+
+def masked_softmaxes(model) -> list:
+    """[{"where": node, "softmax": node, "scores": input name, "keep": bool array (True: attended)}] for each
+    Where whose condition is a constant, one branch a constant -inf (or <= -1e30) and the other the scores,
+    read only by a Softmax over the last axis."""
+    readers = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    found = []
+    for w in (n for n in model.graph.node if n.op_type == "Where"):
+        cond = _const(model, w.input[0])
+        users = readers.get(w.output[0], [])
+        if cond is None or len(users) != 1 or users[0].op_type != "Softmax":
+            continue
+        for k in (1, 2):
+            fill = _const(model, w.input[k])
+            if fill is not None and fill.size == 1 and float(fill.reshape(())) <= -1e30 and _const(model, w.input[3 - k]) is None:
+                keep = ~cond.astype(bool) if k == 1 else cond.astype(bool)
+                found.append({"where": w, "softmax": users[0], "scores": w.input[3 - k], "keep": keep})
+    return found
+
+
+def quantize_scores(src, dst, data) -> None:
+    """In the int8 QDQ model at dst: a Q -> DQ pair (minmax parameters, as onnxruntime computes them) on each
+    masked softmax's scores where the quantizer left them float (their only reader, the Where, stays float)."""
+    import onnx
+    from onnx import helper, numpy_helper
+    from grpo_edge.export.onnx_utils import tensor_values
+    model = onnx.load(str(dst))
+    pairs = masked_softmaxes(model)
+    producers = {o: n for n in model.graph.node for o in n.output}
+    todo = [p for p in pairs if producers.get(p["scores"]) is None or producers[p["scores"]].op_type != "DequantizeLinear"]
+    if not todo:
+        return
+    values = tensor_values(src, data, sorted({p["scores"] for p in todo}))
+    for name, v in values.items():
+        lo, hi = min(0.0, float(v.min())), max(0.0, float(v.max()))
+        scale = (hi - lo) / 255.0 if hi > lo else 1.0
+        zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
+        q, dq = name + "_QuantizeLinear_Output", name + "_DequantizeLinear_Output"
+        model.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), name + "_scale"),
+                                        numpy_helper.from_array(np.array(zp, np.int8), name + "_zero_point")])
+        for p in (p for p in todo if p["scores"] == name):
+            p["where"].input[list(p["where"].input).index(name)] = dq
+        at = list(model.graph.node).index(producers[name]) + 1 if name in producers else 0
+        model.graph.node.insert(at, helper.make_node("QuantizeLinear", [name, name + "_scale", name + "_zero_point"],
+                                                     [q], name=name + "_Q"))
+        model.graph.node.insert(at + 1, helper.make_node("DequantizeLinear", [q, name + "_scale", name + "_zero_point"],
+                                                         [dq], name=name + "_DQ"))
+    onnx.save(model, str(dst))
