@@ -804,17 +804,25 @@ def test_log_softmax_refusals_are_one_line(tmp_path):
 
 
 class _CausalAttention(torch.nn.Module):
-    """One head of causal self-attention over 6 steps, its mask written with -inf: masked_fill(future, -inf), or
-    torch.where(past, scores, -inf)."""
+    """Causal self-attention over 6 steps, its mask written with -inf: masked_fill(future, -inf),
+    torch.where(past, scores, -inf), nn.MultiheadAttention's attn_mask (a float mask of 0 / -inf, added), or
+    scaled_dot_product_attention(is_causal=True)."""
 
     def __init__(self, form):
         super().__init__()
         self.inp, self.qkv, self.head, self.form = torch.nn.Linear(4, 16), torch.nn.Linear(16, 48), torch.nn.Linear(16, 3), form
+        self.mha = torch.nn.MultiheadAttention(16, 2, batch_first=True)
         self.register_buffer("future", torch.triu(torch.ones(6, 6, dtype=torch.bool), 1))
         self.register_buffer("past", torch.tril(torch.ones(6, 6, dtype=torch.bool)))
+        self.register_buffer("additive", torch.triu(torch.full((6, 6), float("-inf")), 1))
 
     def forward(self, x):
-        q, k, v = self.qkv(self.inp(x)).chunk(3, dim=-1)
+        h = self.inp(x)
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        if self.form == "mha":
+            return self.head(self.mha(h, h, h, attn_mask=self.additive, need_weights=False)[0].mean(dim=1))
+        if self.form == "sdpa":
+            return self.head(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).mean(dim=1))
         a = (q @ k.transpose(-1, -2)) / 4.0
         if self.form == "masked_fill":
             a = a.masked_fill(self.future, float("-inf"))
@@ -823,10 +831,10 @@ class _CausalAttention(torch.nn.Module):
         return self.head((torch.softmax(a, dim=-1) @ v).mean(dim=1))
 
 
-@pytest.mark.parametrize("form", ["masked_fill", "where"])
+@pytest.mark.parametrize("form", ["masked_fill", "where", "mha", "sdpa"])
 def test_attention_mask_of_minus_inf_is_a_masked_softmax(tmp_path, form):
-    """Where(constant mask, -inf, scores) -> Softmax: onnx2int8 leaves the pair float between the int8 scores and
-    the softmax's output Q (onnxruntime's quantizer gave the Where an infinite scale), the compiler makes one
+    """Where(constant mask, -inf, scores) or scores + (0 / -inf) -> Softmax: onnx2int8 leaves the pair float between
+    the int8 scores and the softmax's output Q (onnxruntime's quantizer gave the mask an infinite scale), one
     masked softmax: masked scores take no part and give probability 0. Within 1 LSB of onnxruntime per op, the
     C equal to the reference on host and rv32; the TFLM baseline says it has no mask."""
     src = _export(_CausalAttention(form), tmp_path / "m.onnx", shape=(1, 6, 4))
@@ -835,12 +843,13 @@ def test_attention_mask_of_minus_inf_is_a_masked_softmax(tmp_path, form):
     onnx2int8(tmp_path / "f.onnx", _calibration(tmp_path / "c.npy", shape=(6, 4)), q)
     g = parse.parse(q)
     sm = next(o for o in g.ops if o.kind == "softmax")
-    assert np.array_equal(sm.attrs["mask"], np.tril(np.ones((6, 6), np.uint8)))
+    heads = 2 if form == "mha" else 1
+    assert np.array_equal(sm.attrs["mask"], np.tile(np.tril(np.ones((6, 6), np.uint8)), (heads, 1)))
     x = _ort_host_rv32(g, q, (6, 4), "causal")
-    probs = R.run(g, x, keep=True)[sm.output].reshape(len(x), 6, 6)
+    probs = R.run(g, x, keep=True)[sm.output].reshape(len(x), heads, 6, 6)
     future = np.triu(np.ones((6, 6), bool), 1)
-    assert np.all(probs[:, future] == -128) and np.all(probs[:, 0, 0] == 127)    # the first step sees itself only
-    with pytest.raises(Exception, match="no TFLM mapping for a masked softmax"):
+    assert np.all(probs[:, :, future] == -128) and np.all(probs[:, :, 0, 0] == 127)    # step 0 sees itself only
+    with pytest.raises(Exception, match="no TFLM mapping for a (masked softmax|4-D MatMul)"):   # mha: 4-D attention
         tflm.to_tflite(g)
 
 

@@ -1,7 +1,9 @@
-"""Attention masks written with -inf: Where(mask, -inf, scores) -> Softmax (masked_fill before a softmax).
+"""Attention masks written with -inf before a Softmax: Where(mask, -inf, scores) (masked_fill, torch.where)
+or Add(scores, mask of 0 / -inf) (nn.MultiheadAttention's attn_mask, scaled_dot_product_attention's
+is_causal, once the mask is folded to a constant).
 
-onnxruntime's quantizer would give the Where's output an infinite scale. Instead (onnx2int8), the Where and
-its Softmax stay float between the scores' Q -> DQ and the Softmax's output Q: onnxruntime then computes the
+onnxruntime's quantizer would give the mask an infinite scale. Instead (onnx2int8), the mask node and its
+Softmax stay float between the scores' Q -> DQ and the Softmax's output Q: onnxruntime then computes the
 exact masked softmax of the int8 scores, and the ESP32 compiler fuses the pair into one masked softmax (the
 masked entries take no part and come out as probability 0).
 """
@@ -20,31 +22,46 @@ def _const(model, name):
     return None
 
 
+def _is_minus_inf(v) -> bool:
+    return v is not None and v.size == 1 and float(v.reshape(())) <= -1e30
+
+
+def _mask_of(model, n):
+    """(scores input name, keep mask) when node n applies a constant attention mask of -inf, else None."""
+    if n.op_type == "Where":
+        cond = _const(model, n.input[0])
+        for k in (1, 2):
+            if cond is not None and _is_minus_inf(_const(model, n.input[k])) and _const(model, n.input[3 - k]) is None:
+                return n.input[3 - k], (~cond.astype(bool) if k == 1 else cond.astype(bool))
+    if n.op_type == "Add":
+        for k in (0, 1):
+            add = _const(model, n.input[k])
+            if add is not None and _const(model, n.input[1 - k]) is None and add.dtype.kind == "f":
+                masked = add <= -1e30
+                if masked.any() and np.all((add == 0) | masked):
+                    return n.input[1 - k], ~masked
+    return None
+
+
 def masked_softmaxes(model) -> list:
-    """[{"where": node, "softmax": node, "scores": input name, "keep": bool array (True: attended)}] for each
-    Where whose condition is a constant, one branch a constant -inf (or <= -1e30) and the other the scores,
-    read only by a Softmax over the last axis."""
+    """[{"node": the Where / Add, "softmax": node, "scores": input name, "keep": bool array (True: attended)}]
+    for each constant attention mask of -inf whose output only a Softmax reads."""
     readers = {}
     for n in model.graph.node:
         for i in n.input:
             readers.setdefault(i, []).append(n)
     found = []
-    for w in (n for n in model.graph.node if n.op_type == "Where"):
-        cond = _const(model, w.input[0])
-        users = readers.get(w.output[0], [])
-        if cond is None or len(users) != 1 or users[0].op_type != "Softmax":
-            continue
-        for k in (1, 2):
-            fill = _const(model, w.input[k])
-            if fill is not None and fill.size == 1 and float(fill.reshape(())) <= -1e30 and _const(model, w.input[3 - k]) is None:
-                keep = ~cond.astype(bool) if k == 1 else cond.astype(bool)
-                found.append({"where": w, "softmax": users[0], "scores": w.input[3 - k], "keep": keep})
+    for n in (n for n in model.graph.node if n.op_type in ("Where", "Add")):
+        users = readers.get(n.output[0], [])
+        mask = _mask_of(model, n) if len(users) == 1 and users[0].op_type == "Softmax" else None
+        if mask is not None:
+            found.append({"node": n, "softmax": users[0], "scores": mask[0], "keep": mask[1]})
     return found
 
 
 def quantize_scores(src, dst, data) -> None:
     """In the int8 QDQ model at dst: a Q -> DQ pair (minmax parameters, as onnxruntime computes them) on each
-    masked softmax's scores where the quantizer left them float (their only reader, the Where, stays float)."""
+    masked softmax's scores where the quantizer left them float (their only reader, the mask node, stays float)."""
     import onnx
     from onnx import helper, numpy_helper
     from grpo_edge.export.onnx_utils import tensor_values
@@ -63,7 +80,7 @@ def quantize_scores(src, dst, data) -> None:
         model.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), name + "_scale"),
                                         numpy_helper.from_array(np.array(zp, np.int8), name + "_zero_point")])
         for p in (p for p in todo if p["scores"] == name):
-            p["where"].input[list(p["where"].input).index(name)] = dq
+            p["node"].input[list(p["node"].input).index(name)] = dq
         at = list(model.graph.node).index(producers[name]) + 1 if name in producers else 0
         model.graph.node.insert(at, helper.make_node("QuantizeLinear", [name, name + "_scale", name + "_zero_point"],
                                                      [q], name=name + "_Q"))

@@ -215,8 +215,8 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
     from grpo_edge.export.attention_mask import masked_softmaxes
     model = onnx.load(str(src))
     extra = _extra_options(model, src, data, method, activations)
-    # an attention mask of -inf (Where -> Softmax) stays float between int8 scores and the softmax's output Q
-    masked = [n.name for p in masked_softmaxes(model) for n in (p["where"], p["softmax"])]
+    # an attention mask of -inf (Where or Add -> Softmax) stays float between int8 scores and the softmax's Q
+    masked = [n.name for p in masked_softmaxes(model) for n in (p["node"], p["softmax"])]
     cm = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
           "percentile": CalibrationMethod.Percentile}[method]
     import contextlib

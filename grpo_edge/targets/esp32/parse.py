@@ -73,7 +73,7 @@ def unsupported_ops(model) -> list:
         if n.op_type == "Div" and n.input[1] not in scalars:
             lines.append("%s: Div by a tensor (only by a constant scalar)" % label(n))
     from grpo_edge.export.attention_mask import masked_softmaxes
-    masks = {m["where"].output[0] for m in masked_softmaxes(model)}
+    masks = {m["node"].output[0] for m in masked_softmaxes(model)}
     lines += ["%s: only an attention mask compiles (a constant condition choosing -inf or the scores, read by a "
               "Softmax)" % label(n) for n in model.graph.node if n.op_type == "Where" and n.output[0] not in masks]
     from grpo_edge.export.onnx_layout import not_batch_first

@@ -95,6 +95,9 @@ def from_sub(p, node):
 
 
 def from_add(p, node, sub=False):
+    from .softmax import mask_rule
+    if not sub and mask_rule(p, node):          # scores + a constant mask of 0 / -inf, read by a Softmax
+        return
     srcs = [p.source(node, node.input[i]) for i in (0, 1)]
     if srcs[0][0] != "act":
         srcs = srcs[::-1]

@@ -94,22 +94,27 @@ def _last_axis_rule(kind, op_type, params_of):
     return rule
 
 
-def from_where(p, node):
-    """Where(constant mask, -inf, scores) read only by a Softmax (an attention mask, export/attention_mask.py): no
-    op of its own; the Softmax's rule takes the scores and the mask."""
+def mask_rule(p, node) -> bool:
+    """A Where or Add that applies a constant attention mask of -inf before a Softmax (export/attention_mask.py):
+    no op of its own, the Softmax's rule takes the scores and the mask; -> True when node is one."""
     from grpo_edge.export.attention_mask import masked_softmaxes
-    found = [m for m in masked_softmaxes(p.model) if m["where"].output[0] == node.output[0]]
+    found = [m for m in masked_softmaxes(p.model) if m["node"].output[0] == node.output[0]]
     if not found:
-        raise ExportError("%s: only an attention mask compiles (a constant condition choosing -inf or the scores, "
-                          "read by a Softmax)" % label(node))
+        return False
     scores = p.act_input(node, list(node.input).index(found[0]["scores"]))
-    keep = found[0]["keep"]
-    shape = p.tensors[scores].shape
+    keep, shape = found[0]["keep"], p.tensors[scores].shape
     try:
         np.broadcast_to(keep, shape)
     except ValueError:
         raise ExportError("%s: mask of shape %s does not fit scores of shape %s" % (label(node), keep.shape, shape))
     p.masked[node.output[0]] = (scores, keep)
+    return True
+
+
+def from_where(p, node):
+    if not mask_rule(p, node):
+        raise ExportError("%s: only an attention mask compiles (a constant condition choosing -inf or the scores, "
+                          "read by a Softmax)" % label(node))
 
 
 def _softmax_params(x, out, node_label=""):
