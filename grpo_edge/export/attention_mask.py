@@ -10,33 +10,30 @@ masked entries take no part and come out as probability 0).
 import numpy as np
 
 
-def _const(model, name):
-    """An initializer's or a Constant node's value, or None."""
+def _constants(model) -> dict:
+    """{name: value} of the initializers and Constant nodes."""
     from onnx import numpy_helper
-    for i in model.graph.initializer:
-        if i.name == name:
-            return numpy_helper.to_array(i)
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output[0] == name and n.attribute:
-            return numpy_helper.to_array(n.attribute[0].t)
-    return None
+    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    out.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
+                if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    return out
 
 
 def _is_minus_inf(v) -> bool:
     return v is not None and v.size == 1 and float(v.reshape(())) <= -1e30
 
 
-def _mask_of(model, n):
+def _mask_of(consts, n):
     """(scores input name, keep mask) when node n applies a constant attention mask of -inf, else None."""
     if n.op_type == "Where":
-        cond = _const(model, n.input[0])
+        cond = consts.get(n.input[0])
         for k in (1, 2):
-            if cond is not None and _is_minus_inf(_const(model, n.input[k])) and _const(model, n.input[3 - k]) is None:
+            if cond is not None and _is_minus_inf(consts.get(n.input[k])) and n.input[3 - k] not in consts:
                 return n.input[3 - k], (~cond.astype(bool) if k == 1 else cond.astype(bool))
     if n.op_type == "Add":
         for k in (0, 1):
-            add = _const(model, n.input[k])
-            if add is not None and _const(model, n.input[1 - k]) is None and add.dtype.kind == "f":
+            add = consts.get(n.input[k])
+            if add is not None and n.input[1 - k] not in consts and add.dtype.kind == "f":
                 masked = add <= -1e30
                 if masked.any() and np.all((add == 0) | masked):
                     return n.input[1 - k], ~masked
@@ -50,10 +47,11 @@ def masked_softmaxes(model) -> list:
     for n in model.graph.node:
         for i in n.input:
             readers.setdefault(i, []).append(n)
+    consts = _constants(model)
     found = []
     for n in (n for n in model.graph.node if n.op_type in ("Where", "Add")):
         users = readers.get(n.output[0], [])
-        mask = _mask_of(model, n) if len(users) == 1 and users[0].op_type == "Softmax" else None
+        mask = _mask_of(consts, n) if len(users) == 1 and users[0].op_type == "Softmax" else None
         if mask is not None:
             found.append({"node": n, "softmax": users[0], "scores": mask[0], "keep": mask[1]})
     return found

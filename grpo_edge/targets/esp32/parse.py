@@ -123,6 +123,7 @@ class _Parser:
         self.ops = []
         self.qtype = {}          # quantized tensor name -> "int8" | "int16"
         self.masked = {}         # a Where's output (an attention mask of -inf) -> (int8 scores, keep mask)
+        self.attention_masks = None   # export.attention_mask.masked_softmaxes(model), found at the first Where / Add
 
     # -- helpers
     def qparams(self, node):

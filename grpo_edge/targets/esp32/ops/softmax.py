@@ -78,7 +78,7 @@ def tflm(b, i, op):
 
 def _last_axis_rule(kind, op_type, params_of):
     """The ONNX rule of an op over the last axis whose kernel parameters come from params_of(x, out, label). A
-    softmax of masked scores (from_where) reads the int8 scores and keeps the mask, one row per softmax row."""
+    softmax of masked scores (mask_rule) reads the int8 scores and keeps the mask, one row per softmax row."""
     def rule(p, node):
         scores, keep = p.masked.get(node.input[0], (None, None))
         x = p.tensors[scores or p.act_input(node, 0)]
@@ -97,8 +97,10 @@ def _last_axis_rule(kind, op_type, params_of):
 def mask_rule(p, node) -> bool:
     """A Where or Add that applies a constant attention mask of -inf before a Softmax (export/attention_mask.py):
     no op of its own, the Softmax's rule takes the scores and the mask; -> True when node is one."""
-    from grpo_edge.export.attention_mask import masked_softmaxes
-    found = [m for m in masked_softmaxes(p.model) if m["node"].output[0] == node.output[0]]
+    if p.attention_masks is None:           # found once per model
+        from grpo_edge.export.attention_mask import masked_softmaxes
+        p.attention_masks = masked_softmaxes(p.model)
+    found = [m for m in p.attention_masks if m["node"].output[0] == node.output[0]]
     if not found:
         return False
     scores = p.act_input(node, list(node.input).index(found[0]["scores"]))
