@@ -199,9 +199,9 @@ def main():
     segs.append(cur)
     rss = [m["rss_mb"] for m in metrics]
     # per process: the RSS floor (minimum) of its last third minus that of its middle third (its first third is
-    # warm-up). RSS jumps between two levels about 5 MB apart from update to update (a block taken and given
-    # back), so medians of a few updates differ by that much without any growth (+5.9 MB failed one 60-update
-    # run); a leak raises the floor.
+    # warm-up). RSS jumps between two levels about 5 MB apart from update to update, so the medians of a few
+    # updates can differ by about that much without growth (+5.9 MB failed one 60-update run); a leak raises
+    # the floor.
     drift = []
     for s_ in segs:
         if len(s_) >= 12:
