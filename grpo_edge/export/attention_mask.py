@@ -10,6 +10,10 @@ masked entries take no part and come out as probability 0).
 import numpy as np
 
 
+# what a Where that is not such a mask is told (deploy's check before any work, and the compiler)
+NOT_A_MASK = "only an attention mask compiles (a constant condition choosing -inf or the scores, read by a Softmax)"
+
+
 def _constants(model) -> dict:
     """{name: value} of the initializers and Constant nodes."""
     from onnx import numpy_helper
@@ -58,30 +62,23 @@ def masked_softmaxes(model) -> list:
 
 
 def quantize_scores(src, dst, data) -> None:
-    """In the int8 QDQ model at dst: a Q -> DQ pair (minmax parameters, as onnxruntime computes them) on each
-    masked softmax's scores where the quantizer left them float (their only reader, the mask node, stays float)."""
+    """In the int8 QDQ model at dst: a Q -> DQ pair (minmax parameters, computed by onnxruntime's own
+    compute_scale_zp) on each masked softmax's scores where the quantizer left them float (their only reader,
+    the mask node, stays float)."""
     import onnx
-    from onnx import helper, numpy_helper
-    from grpo_edge.export.onnx_utils import tensor_values
+    from onnxruntime.quantization.quant_utils import compute_scale_zp
+    from grpo_edge.export.onnx_utils import insert_qdq, tensor_values
     model = onnx.load(str(dst))
-    pairs = masked_softmaxes(model)
     producers = {o: n for n in model.graph.node for o in n.output}
-    todo = [p for p in pairs if producers.get(p["scores"]) is None or producers[p["scores"]].op_type != "DequantizeLinear"]
+    todo = [p for p in masked_softmaxes(model)
+            if producers.get(p["scores"]) is None or producers[p["scores"]].op_type != "DequantizeLinear"]
     if not todo:
         return
-    values = tensor_values(src, data, sorted({p["scores"] for p in todo}))
-    for name, v in values.items():
-        lo, hi = min(0.0, float(v.min())), max(0.0, float(v.max()))
-        scale = (hi - lo) / 255.0 if hi > lo else 1.0
-        zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
-        q, dq = name + "_QuantizeLinear_Output", name + "_DequantizeLinear_Output"
-        model.graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), name + "_scale"),
-                                        numpy_helper.from_array(np.array(zp, np.int8), name + "_zero_point")])
+    for name, v in tensor_values(src, data, sorted({p["scores"] for p in todo})).items():
+        zp, scale = compute_scale_zp(np.array(v.min(), np.float32), np.array(v.max(), np.float32),
+                                     np.array(-128, np.int8), np.array(127, np.int8))
+        dq = name + "_DequantizeLinear_Output"
         for p in (p for p in todo if p["scores"] == name):
             p["node"].input[list(p["node"].input).index(name)] = dq
-        at = list(model.graph.node).index(producers[name]) + 1 if name in producers else 0
-        model.graph.node.insert(at, helper.make_node("QuantizeLinear", [name, name + "_scale", name + "_zero_point"],
-                                                     [q], name=name + "_Q"))
-        model.graph.node.insert(at + 1, helper.make_node("DequantizeLinear", [q, name + "_scale", name + "_zero_point"],
-                                                         [dq], name=name + "_DQ"))
+        insert_qdq(model, name, dq, scale, zp, after=producers.get(name))
     onnx.save(model, str(dst))

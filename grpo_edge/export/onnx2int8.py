@@ -271,19 +271,13 @@ def _quantize_log_softmax_outputs(path) -> None:
     overrides), so that every target computes what TFLite does: its result is renamed, and a Q -> DQ pair
     gives back the original name."""
     import onnx
-    from onnx import helper, numpy_helper
+    from grpo_edge.export.onnx_utils import insert_qdq
     model = onnx.load(str(path))
-    g = model.graph
-    quantized = {n.input[0] for n in g.node if n.op_type == "QuantizeLinear"}
-    for n in [n for n in g.node if n.op_type == "LogSoftmax" and n.output[0] not in quantized]:
+    quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    for n in [n for n in model.graph.node if n.op_type == "LogSoftmax" and n.output[0] not in quantized]:
         t = n.output[0]
-        f, q, scale, zp = t + "/float", t + "_QuantizeLinear_Output", t + "_scale", t + "_zero_point"
-        n.output[0] = f
-        g.initializer.extend([numpy_helper.from_array(np.array(LOG_SOFTMAX_OUTPUT[0], np.float32), scale),
-                              numpy_helper.from_array(np.array(LOG_SOFTMAX_OUTPUT[1], np.int8), zp)])
-        at = list(g.node).index(n) + 1
-        g.node.insert(at, helper.make_node("QuantizeLinear", [f, scale, zp], [q], name=t + "_Q"))
-        g.node.insert(at + 1, helper.make_node("DequantizeLinear", [q, scale, zp], [t], name=t + "_DQ"))
+        n.output[0] = t + "/float"
+        insert_qdq(model, t + "/float", t, *LOG_SOFTMAX_OUTPUT, after=n, name=t)
     onnx.save(model, str(path))
 
 

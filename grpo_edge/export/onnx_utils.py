@@ -58,6 +58,22 @@ def copy_onnx(src, dst) -> None:
     atomic_write_bytes(dst, model.SerializeToString())
 
 
+def insert_qdq(model, src, dq_out, scale, zero_point, after=None, name=None) -> None:
+    """QuantizeLinear(src) -> DequantizeLinear -> dq_out, placed right after node `after` (or first): the pair
+    onnxruntime's QDQ format puts on a quantized edge; its parameters are initializers named after `name`
+    (default: src), as the nodes are."""
+    from onnx import helper, numpy_helper
+    g = model.graph
+    name = name or src
+    names = (name + "_scale", name + "_zero_point")
+    g.initializer.extend([numpy_helper.from_array(np.asarray(scale, np.float32).reshape(()), names[0]),
+                          numpy_helper.from_array(np.asarray(zero_point, np.int8).reshape(()), names[1])])
+    q = name + "_QuantizeLinear_Output"
+    at = list(g.node).index(after) + 1 if after is not None else 0
+    g.node.insert(at, helper.make_node("QuantizeLinear", [src, names[0], names[1]], [q], name=name + "_Q"))
+    g.node.insert(at + 1, helper.make_node("DequantizeLinear", [q, names[0], names[1]], [dq_out], name=name + "_DQ"))
+
+
 def static_shapes(model) -> dict:
     """{tensor: its shape} for the tensors whose every dimension shape inference knows."""
     import onnx
@@ -152,23 +168,25 @@ def tensor_values(path, data: dict, names, batch: int = 256) -> Dict[str, np.nda
     exported with a fixed batch size is fed that many samples per run."""
     import onnx
     m = onnx.load(str(path))
-    n = len(next(iter(data.values())))
-    fixed = fixed_batch(m)
-    if fixed:          # whole batches: the last one padded with copies of the last sample, trimmed after
-        batch = fixed
-        pad = -n % fixed
-        data = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) if pad else v for k, v in data.items()}
     have = {o.name for o in m.graph.output}
     for name in names:
         if name not in have:
             m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
     sess = session(m.SerializeToString(), optimize=False)
-    got = {name: [] for name in names}
-    for feed in batches_of(data, batch):
-        outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
-        for name in names:
-            got[name].append(outs[name])
-    return {name: np.concatenate(v)[:n] for name, v in got.items()}
+    outs = dict(zip([o.name for o in sess.get_outputs()], run_in_batches(sess, data, fixed_batch(m) or batch)))
+    return {name: outs[name] for name in names}
+
+
+def run_in_batches(sess, data: dict, batch: int) -> list:
+    """Every output of an onnxruntime session over stacked samples ({input: array}), `batch` samples per run:
+    the last run padded with copies of the last sample (a model exported with a fixed batch takes only whole
+    batches), the outputs trimmed back to the samples given."""
+    n = len(next(iter(data.values())))
+    pad = -n % batch
+    if pad:
+        data = {k: np.concatenate([v, np.repeat(v[-1:], pad, axis=0)]) for k, v in data.items()}
+    runs = [sess.run(None, feed) for feed in batches_of(data, batch)]
+    return [np.concatenate([r[j] for r in runs])[:n] for j in range(len(runs[0]))]
 
 
 def count_macs(model, batch: int = 1, dims: Dict[str, int] = None) -> int:

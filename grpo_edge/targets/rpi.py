@@ -293,10 +293,9 @@ def _reference_outputs(model, sample, fp32_path):
             y = model.export_spec(batch_size=1).module(*args)
         y = y[0] if isinstance(y, (tuple, list)) else y
         return y.numpy().astype(np.float64)
-    from grpo_edge.export.onnx_utils import batches_of, fixed_batch, session
-    sess, n = session(fp32_path), len(next(iter(sample.values())))
-    batch = fixed_batch(fp32_path) or n          # torch.onnx.export fixes the batch (1) unless told otherwise
-    return np.concatenate([sess.run(None, f)[0] for f in batches_of(sample, batch)]).astype(np.float64)
+    from grpo_edge.export.onnx_utils import fixed_batch, run_in_batches, session
+    batch = fixed_batch(fp32_path) or len(next(iter(sample.values())))   # torch.onnx.export fixes it (1) by default
+    return run_in_batches(session(fp32_path), sample, batch)[0].astype(np.float64)
 
 
 def _task_metrics(task, model, art, n, rep):

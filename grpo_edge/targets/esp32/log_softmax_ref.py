@@ -19,32 +19,14 @@ import numpy as np
 from grpo_edge.errors import ExportError
 
 from . import fixedpoint as R
-from .softmax_ref import INT32_MAX, INT32_MIN, exp_on_negative_values, one_over_one_plus_x
+from .softmax_ref import (INT32_MAX, INT32_MIN, clz32, exp_on_negative_values, one_over_one_plus_x,
+                          rounding_half_sum, sat_shift_left)
 
 OUTPUT_SCALE, OUTPUT_ZERO_POINT = 16.0 / 256, 127
 
 
 def _sat(x):
     return np.clip(np.asarray(x, np.int64), INT32_MIN, INT32_MAX)
-
-
-def _sat_mul_pot(x, e):
-    """SaturatingRoundingMultiplyByPOTParam for e >= 0: x * 2^e, saturated to int32."""
-    x, e = np.asarray(x, np.int64), np.asarray(e, np.int64)
-    thr = (np.int64(1) << (31 - e)) - 1
-    return np.where(e == 0, x, np.where(x > thr, INT32_MAX, np.where(x < -thr, INT32_MIN, x << e)))
-
-
-def _clz(x):
-    u = np.asarray(x, np.int64) & 0xFFFFFFFF
-    return np.array([32 - int(v).bit_length() for v in u.reshape(-1)], np.int64).reshape(u.shape)
-
-
-def _half_sum(a, b):
-    """gemmlowp RoundingHalfSum on int32: (a + b + sign) / 2, truncating."""
-    s = np.asarray(a, np.int64) + np.asarray(b, np.int64)
-    s = s + np.where(s >= 0, 1, -1)
-    return np.where(s >= 0, s // 2, -((-s) // 2))
 
 
 def log_x_ge_1(x, input_bits=12, output_bits=5):
@@ -56,21 +38,21 @@ def log_x_ge_1(x, input_bits=12, output_bits=5):
     alpha_n, alpha_d, alpha_i, alpha_f = 117049297, 127690142, 1057819769, 638450708
     quarter = R.rounding_divide_by_pot(536870912, accum_bits)        # 1/4 rescaled to Q(accum_bits)
     z_a = np.asarray(x, np.int64)
-    hr_a = _clz(z_a)                                                 # headroom + 1
-    r_a = _sat_mul_pot(mul(_sat_mul_pot(z_a, hr_a - 1), sqrt_half), 1)
-    pow_a = _sat(_sat_mul_pot(input_bits - hr_a, 31 - accum_bits) + quarter)
+    hr_a = clz32(z_a)                                                 # headroom + 1
+    r_a = sat_shift_left(mul(sat_shift_left(z_a, hr_a - 1), sqrt_half), 1)
+    pow_a = _sat(sat_shift_left(input_bits - hr_a, 31 - accum_bits) + quarter)
     z_b = mul(z_a, sqrt_half)
-    hr_b = _clz(z_b) - 1
-    r_b = _sat_mul_pot(z_a, hr_b)
-    pow_b = _sat(_sat_mul_pot(input_bits - hr_b, 31 - accum_bits) - quarter)
+    hr_b = clz32(z_b) - 1
+    r_b = sat_shift_left(z_a, hr_b)
+    pow_b = _sat(sat_shift_left(input_bits - hr_b, 31 - accum_bits) - quarter)
     r, z_pow = np.minimum(r_a, r_b), np.maximum(pow_a, pow_b)
-    p = _half_sum(r, sqrt_sqrt_half)
+    p = rounding_half_sum(r, sqrt_sqrt_half)
     q = wrap(2 * wrap(r - sqrt_sqrt_half))
     sq = mul(q, q)
     num = wrap(mul(q, r) + mul(mul(q, sq), alpha_n))
     den = wrap(mul(p, wrap(wrap(alpha_i + q) + mul(alpha_d, sq))) + mul(alpha_f, q))
     total = wrap(mul(z_pow, log_2) + mul(R.rounding_divide_by_pot(num, accum_bits), one_over_one_plus_x(den)))
-    return _sat_mul_pot(total, accum_bits - output_bits)
+    return sat_shift_left(total, accum_bits - output_bits)
 
 
 def log_softmax_params(x, out, node_label=""):

@@ -72,10 +72,9 @@ def unsupported_ops(model) -> list:
     for n in model.graph.node:          # a Div compiles as a table, only by a constant scalar
         if n.op_type == "Div" and n.input[1] not in scalars:
             lines.append("%s: Div by a tensor (only by a constant scalar)" % label(n))
-    from grpo_edge.export.attention_mask import masked_softmaxes
+    from grpo_edge.export.attention_mask import NOT_A_MASK, masked_softmaxes
     masks = {m["node"].output[0] for m in masked_softmaxes(model)}
-    lines += ["%s: only an attention mask compiles (a constant condition choosing -inf or the scores, read by a "
-              "Softmax)" % label(n) for n in model.graph.node if n.op_type == "Where" and n.output[0] not in masks]
+    lines += ["%s: %s" % (label(n), NOT_A_MASK) for n in model.graph.node if n.op_type == "Where" and n.output[0] not in masks]
     from grpo_edge.export.onnx_layout import not_batch_first
     for n, t, shape in not_batch_first(model):
         lines.append("%s: writes %r of shape %s: the compiler keeps the batch axis first, rank 4 at most"
@@ -122,7 +121,7 @@ class _Parser:
         self.tensors = {}
         self.ops = []
         self.qtype = {}          # quantized tensor name -> "int8" | "int16"
-        self.masked = {}         # a Where's output (an attention mask of -inf) -> (int8 scores, keep mask)
+        self.masked = {}         # a mask node's output (an attention mask of -inf) -> (int8 scores, keep mask)
         self.attention_masks = None   # export.attention_mask.masked_softmaxes(model), found at the first Where / Add
 
     # -- helpers

@@ -27,11 +27,23 @@ def _wrap(x):
     return R.wrap_int32(x)
 
 
-def _sat_shift_left(x, e):
-    """gemmlowp SaturatingRoundingMultiplyByPOT<e>, e > 0."""
-    thr = (1 << (31 - e)) - 1
-    x = np.asarray(x, np.int64)
+def sat_shift_left(x, e):
+    """gemmlowp SaturatingRoundingMultiplyByPOT(Param) for e >= 0 (scalar or array): x * 2^e saturated to int32."""
+    x, e = np.asarray(x, np.int64), np.asarray(e, np.int64)
+    thr = (np.int64(1) << (31 - e)) - 1
     return np.where(x > thr, INT32_MAX, np.where(x < -thr, INT32_MIN, x << e))
+
+
+def rounding_half_sum(a, b):
+    """gemmlowp RoundingHalfSum on int32: (a + b +- 1) / 2, truncating."""
+    s = np.asarray(a, np.int64) + np.asarray(b, np.int64)
+    return np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))
+
+
+def clz32(x):
+    """Leading zeros of each value's 32-bit word (32 for 0)."""
+    u = np.asarray(x, np.int64) & 0xFFFFFFFF
+    return np.array([32 - int(v).bit_length() for v in u.reshape(-1)], np.int64).reshape(u.shape)
 
 
 def _mul(a, b):
@@ -63,21 +75,19 @@ def exp_on_negative_values(a):
 
 def one_over_one_plus_x(a):
     """gemmlowp one_over_one_plus_x_for_x_in_0_1: Q0.31 in [0, 1) -> Q0.31 of 1 / (1 + a)."""
-    a = np.asarray(a, np.int64)
-    s = a + INT32_MAX
-    half_den = np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))    # RoundingHalfSum (truncating / 2)
+    half_den = rounding_half_sum(a, INT32_MAX)
     x = _wrap(1515870810 + _mul(half_den, -1010580540))               # 48/17 - 32/17 * d, Q2.29
     for _ in range(3):
         hdx = _mul(half_den, x)
         one_minus = _wrap((1 << 29) - hdx)
-        x = _wrap(x + _sat_shift_left(_mul(x, one_minus), 2))
-    return _sat_shift_left(x, 1)
+        x = _wrap(x + sat_shift_left(_mul(x, one_minus), 2))
+    return sat_shift_left(x, 1)
 
 
 def get_reciprocal(x, integer_digits=12):
     """TFLite GetReciprocal: -> (Q0.31 reciprocal, num_bits_over_unit)."""
     x = np.asarray(x, np.int64)
-    clz = np.array([32 - int(v).bit_length() for v in (x & 0xFFFFFFFF).reshape(-1)], np.int64).reshape(x.shape)
+    clz = clz32(x)
     bits_over_unit = integer_digits - clz
     shifted = _wrap(((x & 0xFFFFFFFF) << clz) - (1 << 31))
     return one_over_one_plus_x(shifted), bits_over_unit

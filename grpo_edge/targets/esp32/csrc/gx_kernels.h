@@ -574,11 +574,17 @@ GX_INLINE int gx_clz32(uint32_t u)
     return n;
 }
 
+/* gemmlowp RoundingHalfSum: (a + b +- 1) / 2, truncating. */
+GX_INLINE int32_t gx_half_sum(int32_t a, int32_t b)
+{
+    const int64_t s = (int64_t)a + b;
+    return (int32_t)((s + (s >= 0 ? 1 : -1)) / 2);
+}
+
 /* gemmlowp one_over_one_plus_x_for_x_in_0_1: Q0.31 a in [0, 1) -> Q0.31 1 / (1 + a) (Newton-Raphson). */
 GX_INLINE int32_t gx_sm_one_over(int32_t a)
 {
-    const int64_t s = (int64_t)a + INT32_MAX;
-    const int32_t half = (int32_t)((s + (s >= 0 ? 1 : -1)) / 2);
+    const int32_t half = gx_half_sum(a, INT32_MAX);
     int32_t x = 1515870810 + gx_srdhm(half, -1010580540);
     int i;
     for (i = 0; i < 3; ++i)
@@ -659,8 +665,7 @@ GX_INLINE int32_t gx_lsm_log(int32_t z)
     const int32_t r_b = gx_sm_shl(z, hr_b);
     const int32_t pow_b = gx_sat_add((int64_t)gx_sm_shl(12 - hr_b, 25) - quarter);
     const int32_t r = r_a < r_b ? r_a : r_b, z_pow = pow_a > pow_b ? pow_a : pow_b;
-    const int64_t sum = (int64_t)r + sqrt_sqrt_half;
-    const int32_t p = (int32_t)((sum + (sum >= 0 ? 1 : -1)) / 2);
+    const int32_t p = gx_half_sum(r, sqrt_sqrt_half);
     const int32_t q = gx_wadd(gx_wadd(r, -sqrt_sqrt_half), gx_wadd(r, -sqrt_sqrt_half));
     const int32_t sq = gx_srdhm(q, q);
     const int32_t num = gx_wadd(gx_srdhm(q, r), gx_srdhm(gx_srdhm(q, sq), 117049297));

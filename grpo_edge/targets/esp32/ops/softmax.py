@@ -114,9 +114,9 @@ def mask_rule(p, node) -> bool:
 
 
 def from_where(p, node):
+    from grpo_edge.export.attention_mask import NOT_A_MASK
     if not mask_rule(p, node):
-        raise ExportError("%s: only an attention mask compiles (a constant condition choosing -inf or the scores, "
-                          "read by a Softmax)" % label(node))
+        raise ExportError("%s: %s" % (label(node), NOT_A_MASK))
 
 
 def _softmax_params(x, out, node_label=""):
