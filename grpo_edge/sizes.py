@@ -11,9 +11,8 @@ the allocator and the Python objects come on top, so a run that passes may still
 here could never have fit.
 """
 
+from grpo_edge.core.devices import STATE_BYTES_PER_PARAMETER     # fp32 weight, gradient, two Adam moments
 from grpo_edge.errors import ConfigError
-
-STATE_BYTES_PER_PARAMETER = 16      # fp32 weight, gradient and two Adam moments (core/devices.py)
 
 
 def check_before_build(cfg, task, model_kwargs, device):
