@@ -3,6 +3,7 @@
 Bad input (config, files, checkpoints, targets) prints one line `error: ...` and exits with code 2.
 """
 import errno
+import os
 import sys
 
 import typer
@@ -50,12 +51,12 @@ def _command():
     return cmd
 
 
-def main():
+def _run():
     try:
         rv = _command().main(standalone_mode=False, prog_name="grpo-edge")   # usage errors come here: one line each
     except GrpoEdgeError as e:
         typer.echo("error: %s" % e, err=True)
-        sys.exit(2)
+        return 2
     except _usage_errors() as e:
         from grpo_edge.cli.errors import usage2line
         ctx = getattr(e, "ctx", None)
@@ -63,17 +64,31 @@ def main():
             typer.echo(ctx.get_help(), err=True)
         else:
             typer.echo("error: %s" % usage2line(e), err=True)
-        sys.exit(2)
+        return 2
     except (KeyboardInterrupt, typer.Abort):
         import signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         typer.echo("interrupted", err=True)
-        sys.exit(130)
+        return 130
     except OSError as e:
         from grpo_edge.cli.errors import oserror2line
         typer.echo("error: %s" % oserror2line(e), err=True)
-        sys.exit(1 if e.errno == errno.EPIPE else 2)
-    sys.exit(rv if isinstance(rv, int) else 0)
+        return 1 if e.errno == errno.EPIPE else 2
+    return rv if isinstance(rv, int) else 0
+
+
+def main():
+    code = _run()
+    if "torch.distributed" in sys.modules:
+        from grpo_edge.core import distributed
+        if distributed.leave():
+            # after an error under torchrun gloo's worker threads outlive destroy_process_group (torch 2.13:
+            # 'terminate called without an active exception' while the interpreter shut down, 7 of 40 runs):
+            # a rank that was in a process group ends without running the C++ exit-time destructors
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -50,13 +50,16 @@ def init_from_env(use_cuda=False):
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
         # leave the group at exit, also after an error: a rank that exits with the group alive can abort
         # ("terminate called without an active exception") when a peer has gone first
-        atexit.register(_leave)
+        atexit.register(leave)
     return world()
 
 
-def _leave():
+def leave():
+    """Leave the process group if this process is in one; True when it was."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        return True
+    return False
 
 
 def world():
