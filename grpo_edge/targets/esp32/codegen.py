@@ -100,7 +100,7 @@ class _Emitter:
         if loc == "out":
             return "out"
         if loc == "arena":
-            off = self.plan.buffers[self.plan.root[tensor]].offset
+            off = self.plan.buffers[self.plan.root[tensor]].offset + self.plan.offsets.get(tensor, 0)
             if self.g.tensors[tensor].dtype == "int16":
                 return "%s_arena.halves + %d" % (self.p, off // 2)
             return "%s_arena.bytes + %d" % (self.p, off)

@@ -147,3 +147,11 @@ def file_hash(path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def concat_blocks(shapes, axis):
+    """(outer, [inner of each input], inner of the output) of a concatenation along axis: the output is
+    `outer` rows, each the inputs' blocks of `inner` elements side by side."""
+    outer = int(np.prod(shapes[0][:axis]))
+    inner = [int(np.prod(s[axis:])) for s in shapes]
+    return outer, inner, int(sum(inner))

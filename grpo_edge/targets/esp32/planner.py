@@ -1,13 +1,23 @@
 """Buffer-lifetime planner: place every intermediate tensor in one static arena.
 
-Each stored tensor (reshape outputs share their input's storage) lives from the op that writes it to
-the last op that reads it. The model input is read straight from the caller's `in` pointer and the
+Each stored tensor lives from the op that writes it to the last op that reads it. Two kinds of tensor
+take no storage of their own (storage_roots): a reshape's output is its input, and an op whose kernel may
+write over an input (OpSpec.in_place: the elementwise table lookup and add, a depthwise 1x1 conv of stride
+1 without padding, where out[k] depends on the inputs' element k only) writes over that input when the input is the same size and nothing reads it
+afterwards. The model input is read straight from the caller's `in` pointer (never written over) and the
 model output written straight to `out`, so neither takes arena space. Buffers are placed greedily,
 largest first, at the lowest 4-byte-aligned offset where they overlap no buffer whose lifetime
-intersects theirs. No op works in place, so an op's inputs and output never share bytes.
+intersects theirs; apart from those in-place ops, an op's inputs and output never share bytes.
+
+A concat whose parts are contiguous blocks of its output (nothing outside the concat axis but a batch of 1)
+takes its parts in place too (concat_parts): an input that only the concat reads is written by its producer
+straight into its block of the concat's output, so the concat copies nothing for it (it requantizes the
+block in place when that input's parameters differ from the output's).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List
+
+from .ir import concat_blocks
 
 ALIGN = 4
 
@@ -32,7 +42,8 @@ class Plan:
     buffers: Dict[str, Buffer]     # by storage root name, arena buffers only
     arena_bytes: int
     root: Dict[str, str]           # tensor -> storage root tensor
-    naive_bytes: int               # sum of all buffer sizes (what no reuse would cost)
+    naive_bytes: int               # every tensor and scratch in its own bytes (no reuse, nothing in place)
+    offsets: Dict[str, int] = field(default_factory=dict)   # a concat's part -> its byte offset in the output
 
     def location(self, tensor: str, graph) -> str:
         """'in', 'out' or 'arena' for a tensor's storage."""
@@ -48,8 +59,65 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def lifetimes(graph) -> (Dict[str, Buffer], Dict[str, str]):
-    root = graph.storage_root()
+def storage_roots(graph) -> Dict[str, str]:
+    """Each tensor -> the tensor whose storage it uses: itself, its input for a reshape, or the input an
+    in-place op writes over (see the module docstring)."""
+    last_read = {}
+    for i, op in enumerate(graph.ops):
+        for t in op.inputs:
+            last_read[t] = i
+    root = {graph.input: graph.input}
+    sharers = {graph.input: [graph.input]}      # storage root -> the tensors stored there so far
+    for i, op in enumerate(graph.ops):
+        if op.kind == "reshape":
+            r = root.get(op.inputs[0], op.inputs[0])
+        else:
+            r = _overwritable_input(graph, i, op, root, sharers, last_read) or op.output
+        root[op.output] = r
+        sharers.setdefault(r, []).append(op.output)
+    return root
+
+
+def _overwritable_input(graph, i, op, root, sharers, last_read):
+    """The storage root of an input op i may write its output over, or None."""
+    from .ops import OPS
+    if not OPS[op.kind].in_place(op) or op.output == graph.output:
+        return None
+    for t in op.inputs:
+        r = root.get(t)                          # None: a constant
+        if r is None or r == root[graph.input] or graph.tensors[t].nbytes != graph.tensors[op.output].nbytes:
+            continue
+        if all(last_read.get(x, -1) <= i for x in sharers[r]):
+            return r
+    return None
+
+
+def concat_parts(graph, root) -> Dict[str, tuple]:
+    """{input: (concat output, byte offset)} for the concat inputs written straight into their block of the
+    concat's output: a concat of contiguous blocks (outer size 1) in the arena, an input with its own storage
+    (not the model input, not an alias) that nothing but this concat reads."""
+    readers = {}
+    for op in graph.ops:
+        for t in set(op.inputs):
+            readers[t] = readers.get(t, 0) + 1
+    parts = {}
+    for op in graph.ops:
+        if op.kind != "concat" or op.output == graph.output or root[op.output] != op.output:
+            continue
+        consts = op.attrs["constants"]
+        shapes = [consts[t].shape if t in consts else graph.tensors[t].shape for t in op.inputs]
+        outer, inner, _ = concat_blocks(shapes, op.attrs["axis"])
+        offset = 0
+        for t, n in zip(op.inputs, inner):
+            if (outer == 1 and t not in consts and t != graph.input and root.get(t) == t and readers[t] == 1
+                    and op.inputs.count(t) == 1):
+                parts[t] = (op.output, offset)
+            offset += n
+    return parts
+
+
+def lifetimes(graph, root) -> Dict[str, Buffer]:
+    """Each storage root's buffer (and each op's scratch), alive from its first writer to its last reader."""
     bufs: Dict[str, Buffer] = {}
     for i, op in enumerate(graph.ops):
         r = root[op.output]
@@ -65,7 +133,7 @@ def lifetimes(graph) -> (Dict[str, Buffer], Dict[str, str]):
         n = scratch_bytes(op, graph)
         if n:
             bufs["scratch%d" % i] = Buffer("scratch%d" % i, n, i, i)
-    return bufs, root
+    return bufs
 
 
 def scratch_bytes(op, graph) -> int:
@@ -75,7 +143,11 @@ def scratch_bytes(op, graph) -> int:
 
 
 def plan(graph) -> Plan:
-    bufs, root = lifetimes(graph)
+    root = storage_roots(graph)
+    parts = concat_parts(graph, root)
+    for t, (whole, _) in parts.items():
+        root[t] = root[whole]
+    bufs = lifetimes(graph, root)
     in_root, out_root = root[graph.input], root[graph.output]
     if in_root == out_root:
         from grpo_edge.errors import ExportError
@@ -83,7 +155,16 @@ def plan(graph) -> Plan:
     arena = [b for r, b in bufs.items() if r not in (in_root, out_root)]
     place(arena)
     size = max([b.offset + b.size for b in arena] + [0])
-    return Plan({b.name: b for b in arena}, _align(size), root, sum(_align(b.size) for b in arena))
+    return Plan({b.name: b for b in arena}, _align(size), root, _naive_bytes(graph, bufs),
+                {t: off for t, (_, off) in parts.items()})
+
+
+def _naive_bytes(graph, bufs) -> int:
+    """Every stored tensor (reshape outputs excepted) and scratch in its own bytes: no reuse, no op in place."""
+    root = graph.storage_root()
+    tensors = set(root.values()) - {root[graph.input], root[graph.output]}
+    return sum(_align(graph.tensors[t].nbytes) for t in tensors) + sum(
+        _align(b.size) for r, b in bufs.items() if r.startswith("scratch"))
 
 
 def place(buffers: List[Buffer]) -> None:

@@ -10,7 +10,9 @@
  *
  * Every kernel is `GX_INLINE void gx_<op>(const gx_<op>_t *p, inputs..., outputs...)` (static inline,
  * always_inline under GCC); the params structs are plain data that the generator writes as `static
- * const` objects. No kernel works in place (inputs and outputs never overlap).
+ * const` objects. Inputs and outputs never overlap, except in gx_lut, gx_add and a depthwise 1x1 gx_conv,
+ * whose output may be written over a same-sized input (out[k] depends on element k only; planner.py
+ * decides when).
  */
 #ifndef GX_KERNELS_H
 #define GX_KERNELS_H
@@ -230,9 +232,9 @@ GX_INLINE void gx_conv_cols(const gx_conv_t *p, int oc0, int n, int K, const int
 /* Conv / depthwise / grouped conv, NCHW, as a matrix product: per group and pair of output pixels,
  * im2col both pixels into scratch (GX_CONV_SCRATCH bytes, interleaved), then every output channel of
  * the group from those two columns. acc = folded bias + sum(w * x) over every tap, a tap in the
- * padding reading pad_value (x + input_offset == 0 there, TFLite's skipped tap). */
-GX_INLINE void gx_conv(const gx_conv_t *p, const int8_t *restrict in, int8_t *restrict out,
-                           int8_t *restrict scratch)
+ * padding reading pad_value (x + input_offset == 0 there, TFLite's skipped tap). A depthwise 1x1 conv
+ * of stride 1 without padding may write over its input (each pixel pair is read before it is written). */
+GX_INLINE void gx_conv(const gx_conv_t *p, const int8_t *in, int8_t *out, int8_t *restrict scratch)
 {
     const int cg = p->c / p->groups, ocg = p->oc / p->groups, K = cg * p->kh * p->kw;
     const int ohw = p->oh * p->ow;
@@ -260,8 +262,7 @@ typedef struct {
 } gx_add_t;
 
 /* ADD int8 (TFLM add_common.cc): both inputs << left_shift, rescaled to a common scale, summed, rescaled. */
-GX_INLINE void gx_add(const gx_add_t *p, const int8_t *restrict a, const int8_t *restrict b,
-                          int8_t *restrict out)
+GX_INLINE void gx_add(const gx_add_t *p, const int8_t *a, const int8_t *b, int8_t *out)   /* out may be a or b */
 {
     int k;
     for (k = 0; k < p->n; ++k) {
@@ -455,7 +456,7 @@ GX_INLINE void gx_layernorm(const gx_layernorm_t *p, const int8_t *restrict in, 
 /* ------------------------------------------------------------------ elementwise table */
 
 /* out[k] = table[in[k] + 128]: tanh, sigmoid, relu, clip or a requantization as 256 entries. */
-GX_INLINE void gx_lut(const int8_t *table, int n, const int8_t *restrict in, int8_t *restrict out)
+GX_INLINE void gx_lut(const int8_t *table, int n, const int8_t *in, int8_t *out)   /* out may be in */
 {
     int k;
     for (k = 0; k < n; ++k) out[k] = table[(int32_t)in[k] + 128];

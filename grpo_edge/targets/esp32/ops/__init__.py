@@ -14,6 +14,10 @@ Each op module holds, for its kinds (int8 and 16x8 side by side):
   int16                                    True when the 16x8 path (int16 activations) has the kind
   scratch(op) -> int                       temporary bytes the kernel needs while it runs (planner.py puts
                                            them in the arena); none by default
+  in_place(op) -> bool                     True when the kernel may write op's output over an input of the
+                                           same size (out[k] depends on element k of the inputs only, and
+                                           the C takes no `restrict` on them): planner.py then lets it
+                                           when nothing reads that input afterwards; never by default
 The 16x8 variants are made from the int8 graph after parsing (int16_ref.to_16x8).
 
 Adding an op: its module here (listed in MODULES) with its ONNX rule and SPECS, its kernel in
@@ -25,9 +29,10 @@ rv32). docs/architecture.md has the worked steps.
 class OpSpec(object):
     """What one op kind brings: see the module docstring."""
 
-    def __init__(self, kind, reference, emit, tflm, macs, int16=False, scratch=None):
+    def __init__(self, kind, reference, emit, tflm, macs, int16=False, scratch=None, in_place=False):
         self.kind, self.reference, self.emit, self.tflm, self.macs, self.int16 = kind, reference, emit, tflm, macs, int16
         self.scratch = scratch or no_scratch
+        self.in_place = in_place if callable(in_place) else (always if in_place else never)
 
     def __repr__(self):
         return "OpSpec(%r)" % self.kind
@@ -35,6 +40,14 @@ class OpSpec(object):
 
 def no_scratch(op):
     return 0
+
+
+def always(op):
+    return True
+
+
+def never(op):
+    return False
 
 
 def elementwise_macs(op, tensors):

@@ -130,6 +130,6 @@ def from_add(p, node, sub=False):
     p.add_op("add", node, [a.name, b.name], a.shape, attrs)
 
 
-SPECS = [OpSpec("add", reference, emit, tflm, elementwise_macs)]
+SPECS = [OpSpec("add", reference, emit, tflm, elementwise_macs, in_place=True)]
 
 ONNX = {"Add": from_add, "Sub": from_sub}

@@ -12,18 +12,11 @@ from grpo_edge.errors import ExportError
 
 from ..codegen import c_array
 from .. import reference as R
-from ..ir import TensorInfo
+from ..ir import TensorInfo, concat_blocks
 from ..parse import attr, label
 from ..reference import i64
 from ..tflm import nhwc
 from . import OpSpec, elementwise_macs
-
-
-def _blocks(shapes, axis):
-    """(outer, [inner of each input], inner of the output) of a concatenation along axis."""
-    outer = int(np.prod(shapes[0][:axis]))
-    inner = [int(np.prod(s[axis:])) for s in shapes]
-    return outer, inner, int(sum(inner))
 
 
 def reference(*args):
@@ -36,7 +29,7 @@ def reference(*args):
 
 def emit(em, i, op, name):
     a, g = op.attrs, em.g
-    outer, inner, out_inner = _blocks([a["constants"][t].shape if t in a["constants"] else g.tensors[t].shape
+    outer, inner, out_inner = concat_blocks([a["constants"][t].shape if t in a["constants"] else g.tensors[t].shape
                                        for t in op.inputs], a["axis"])
     calls, offset = [], 0
     for k, (t, table) in enumerate(zip(op.inputs, a["tables"])):
@@ -44,13 +37,18 @@ def emit(em, i, op, name):
         if table is not None:
             tab = "%s_t%d_%d" % (em.p, i, k)
             em.data.append(c_array("int8_t", tab, table))
+        if t in em.plan.offsets:                  # written in its place by its producer (planner.concat_parts)
+            if table is not None:
+                calls.append("gx_lut(%s, %d, %s, %s)" % (tab, inner[k], em.ptr(t), em.ptr(t)))
+            offset += inner[k]
+            continue
         if t in a["constants"]:                   # a constant input: its bytes in flash
             src = "%s_c%d_%d" % (em.p, i, k)
             em.data.append(c_array("int8_t", src, a["constants"][t]))
         calls.append("gx_concat_part(%s, %d, %d, %d, %s, (%s) + %d)" % (tab, outer, inner[k], out_inner,
                                                                         src or em.ptr(t), em.ptr(op.output), offset))
         offset += inner[k]
-    return ";\n    ".join(calls)
+    return ";\n    ".join(calls) or None
 
 
 def tflm(b, i, op):

@@ -163,6 +163,15 @@ def scratch(op):
     return 2 * cg * kh * kw
 
 
-SPECS = [OpSpec("conv", reference, emit, tflm, macs, scratch=scratch)]
+def pointwise(op) -> bool:
+    """A depthwise 1x1 conv of stride 1 without padding (a batch norm after a concat): output element k reads
+    input element k only, so gx_conv may write over its input (the planner's in-place rule)."""
+    a = op.attrs
+    oc, cg, kh, kw = a["weights"].shape
+    return (cg == 1 and a["group"] == oc and (kh, kw) == (1, 1) and tuple(a["strides"]) == (1, 1)
+            and not any(a["pads"]))
+
+
+SPECS = [OpSpec("conv", reference, emit, tflm, macs, scratch=scratch, in_place=pointwise)]
 
 ONNX = {"Conv": from_conv}

@@ -307,7 +307,7 @@ def from_softsign(p, node):
     _elementwise(p, node, "softsign")
 
 
-SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs),
+SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs, in_place=True),
          OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True)]
 
 ONNX = {"QuantizeLinear": from_quantize_linear, "Relu": from_relu, "Clip": from_clip, "Tanh": from_tanh, "Sigmoid": from_sigmoid,
