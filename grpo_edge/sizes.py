@@ -61,13 +61,37 @@ def model_bytes(arch, kwargs):
     if not hasattr(torch, "get_default_device"):        # torch.device as a context manager: torch >= 2
         return 0, 0
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _SkipInitOnMeta():
             model = build_model(arch, **kwargs)
     except Exception:
         return 0, 0
     params = sum(p.numel() for p in model.parameters())
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     return params, buffers
+
+
+# In-place initializers: on a meta tensor they would only run Python reference kernels (normal_ does, for
+# nn.Embedding's default init) whose first call imports torch._dynamo: 0.9 s and 77 MB on every text-model
+# start, and under torchrun, once the process group exists, that import keeps the group alive past
+# destroy_process_group and the process aborts at exit ("terminate called without an active exception").
+INITIALIZERS = frozenset(("normal_", "uniform_", "trunc_normal_", "kaiming_normal_", "kaiming_uniform_",
+                          "xavier_normal_", "xavier_uniform_", "orthogonal_", "sparse_", "log_normal_",
+                          "exponential_", "geometric_", "cauchy_", "bernoulli_", "random_"))
+
+
+def _SkipInitOnMeta():
+    """A torch function mode in which an initializer (INITIALIZERS) called on a meta tensor returns the tensor
+    as it is: counting a model needs its shapes, not its values."""
+    from torch.overrides import TorchFunctionMode
+
+    class SkipInitOnMeta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            target = args[0] if args else kwargs.get("tensor")      # nn.init passes it as tensor=
+            if getattr(func, "__name__", "") in INITIALIZERS and getattr(target, "is_meta", False):
+                return target
+            return func(*args, **kwargs)
+    return SkipInitOnMeta()
 
 
 def rollout_bytes_per_sample(task):

@@ -336,3 +336,26 @@ def test_a_resumed_run_summarises_the_whole_run(tmp_path, capfd):
     walls = [json.loads(x)["wall_time"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert walls == sorted(walls) and len(walls) == 4 and walls[2] > first["wall_seconds"] - 1e-6
     assert "resuming from step 2 of 4" in capfd.readouterr().err
+
+
+def test_counting_a_model_on_the_meta_device_counts_it_exactly_and_imports_no_compiler():
+    """sizes.model_bytes builds each built-in model on the meta device. Random init there ran Python reference
+    kernels whose first call imported torch._dynamo: 0.9 s and 77 MB at every text-model start, and under
+    torchrun a process group kept alive past destroy_process_group (the process aborted at exit)."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom grpo_edge import sizes\nfrom grpo_edge.core.models import build_model\n"
+            "cases = {'mlp': dict(obs_dim=4, n_actions=2), 'micro-gpt': dict(vocab_size=20, max_len=16),\n"
+            "         'tiny-transformer': dict(vocab_size=20, max_len=16),\n"
+            "         'lite-resnet': dict(in_channels=1, n_classes=10, image_size=8)}\n"
+            "counted = {a: sizes.model_bytes(a, kw) for a, kw in cases.items()}\n"
+            "print('torch._dynamo' in sys.modules)\n"
+            "for a, kw in cases.items():\n"
+            "    m = build_model(a, **kw)\n"
+            "    real = (sum(p.numel() for p in m.parameters()), sum(b.numel() * b.element_size() for b in m.buffers()))\n"
+            "    print(a, counted[a] == real, counted[a])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0] == "False", r.stdout + r.stderr
+    assert len(lines) == 5 and all(" True " in ln for ln in lines[1:]), r.stdout
+    assert all(int(ln.split("(")[1].split(",")[0]) > 0 for ln in lines[1:])

@@ -82,9 +82,11 @@ def main():
     if "torch.distributed" in sys.modules:
         from grpo_edge.core import distributed
         if distributed.leave():
-            # after an error under torchrun gloo's worker threads outlive destroy_process_group (torch 2.13:
-            # 'terminate called without an active exception' while the interpreter shut down, 7 of 40 runs):
-            # a rank that was in a process group ends without running the C++ exit-time destructors
+            # torch 2.13 keeps a process group (and gloo's threads) alive past destroy_process_group once
+            # torch._dynamo was imported after the group was made; the interpreter's exit then aborted
+            # ('terminate called without an active exception', 7 of 40 torchrun runs). grpo_edge/sizes.py no
+            # longer imports it, a user's reward or model code still may: a rank that was in a group ends
+            # without running the C++ exit-time destructors
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

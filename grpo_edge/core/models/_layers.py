@@ -137,7 +137,11 @@ class FeedForward(nn.Module):
 
 
 def causal_bias(max_len):
-    """(1, 1, max_len, max_len) additive mask: 0 on and below the diagonal, MASK_VALUE above."""
+    """(1, 1, max_len, max_len) additive mask: 0 on and below the diagonal, MASK_VALUE above. Built on the
+    meta device (grpo_edge/sizes.py counts a model there), the shape alone: tril, ~ and masked_fill run
+    Python reference kernels there, whose first call imports torch._dynamo (see sizes.model_bytes)."""
+    if getattr(torch.empty(0), "is_meta", False):
+        return torch.empty(1, 1, max_len, max_len)
     allowed = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
     bias = torch.zeros(max_len, max_len).masked_fill(~allowed, MASK_VALUE)
     return bias.view(1, 1, max_len, max_len)
