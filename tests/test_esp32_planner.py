@@ -164,3 +164,20 @@ def test_a_concat_input_read_elsewhere_keeps_its_own_bytes(tmp_path):
     assert a not in plan.offsets and plan.root[a] != plan.root[cat.output]
     assert plan.offsets[ta] == 3 * 36 and plan.root[ta] == plan.root[cat.output]
     _ort_host_rv32(g, q, (1, 6, 6), "catread")
+
+
+def test_a_concat_of_a_concat_copies_the_inner_one():
+    """cat([cat([a, b]), d]): a and b go into the inner concat's output in place; that output, whose own
+    parts point into it, is copied into the outer one (d goes in place); every part's offset is its block's."""
+    from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
+    shapes = {"x": (1, 4), "a": (1, 4), "b": (1, 4), "c1": (1, 8), "d": (1, 4), "c2": (1, 12), "y": (1, 12)}
+    ops = [Op("lut", "A", ["x"], "a"), Op("lut", "B", ["x"], "b"),
+           Op("concat", "C1", ["a", "b"], "c1", {"axis": 1, "constants": {}, "tables": [None, None]}),
+           Op("lut", "D", ["x"], "d"),
+           Op("concat", "C2", ["c1", "d"], "c2", {"axis": 1, "constants": {}, "tables": [None, None]}),
+           Op("lut", "Y", ["c2"], "y")]
+    g = Graph({n: TensorInfo(n, s) for n, s in shapes.items()}, ops, "x", "y")
+    plan = planner.plan(g)
+    assert plan.offsets == {"a": 0, "b": 4, "d": 8}
+    assert plan.root["a"] == plan.root["b"] == plan.root["c1"] != plan.root["c2"] == plan.root["d"]
+    assert planner.check(list(plan.buffers.values())) == []

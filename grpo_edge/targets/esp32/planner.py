@@ -3,11 +3,12 @@
 Each stored tensor lives from the op that writes it to the last op that reads it. Two kinds of tensor
 take no storage of their own (storage_roots): a reshape's output is its input, and an op whose kernel may
 write over an input (OpSpec.in_place: the elementwise table lookup and add, a depthwise 1x1 conv of stride
-1 without padding, where out[k] depends on the inputs' element k only) writes over that input when the input is the same size and nothing reads it
-afterwards. The model input is read straight from the caller's `in` pointer (never written over) and the
-model output written straight to `out`, so neither takes arena space. Buffers are placed greedily,
-largest first, at the lowest 4-byte-aligned offset where they overlap no buffer whose lifetime
-intersects theirs; apart from those in-place ops, an op's inputs and output never share bytes.
+1 without padding, where out[k] depends on the inputs' element k only) writes over that input when the
+input is the same size and nothing reads it afterwards. The model input is read straight from the
+caller's `in` pointer (never written over) and the model output written straight to `out`, so neither
+takes arena space. Buffers are placed greedily, largest first, at the lowest 4-byte-aligned offset where
+they overlap no buffer whose lifetime intersects theirs; apart from those in-place ops, an op's inputs and
+output never share bytes.
 
 A concat whose parts are contiguous blocks of its output (nothing outside the concat axis but a batch of 1)
 takes its parts in place too (concat_parts): an input that only the concat reads is written by its producer
@@ -95,11 +96,13 @@ def _overwritable_input(graph, i, op, root, sharers, last_read):
 def concat_parts(graph, root) -> Dict[str, tuple]:
     """{input: (concat output, byte offset)} for the concat inputs written straight into their block of the
     concat's output: a concat of contiguous blocks (outer size 1) in the arena, an input with its own storage
-    (not the model input, not an alias) that nothing but this concat reads."""
+    (not the model input, not an alias, not another concat's output: its own parts point into it) that
+    nothing but this concat reads."""
     readers = {}
     for op in graph.ops:
         for t in set(op.inputs):
             readers[t] = readers.get(t, 0) + 1
+    concats = {op.output for op in graph.ops if op.kind == "concat"}
     parts = {}
     for op in graph.ops:
         if op.kind != "concat" or op.output == graph.output or root[op.output] != op.output:
@@ -109,8 +112,8 @@ def concat_parts(graph, root) -> Dict[str, tuple]:
         outer, inner, _ = concat_blocks(shapes, op.attrs["axis"])
         offset = 0
         for t, n in zip(op.inputs, inner):
-            if (outer == 1 and t not in consts and t != graph.input and root.get(t) == t and readers[t] == 1
-                    and op.inputs.count(t) == 1):
+            if (outer == 1 and t not in consts and t not in concats and t != graph.input and root.get(t) == t
+                    and readers[t] == 1 and op.inputs.count(t) == 1):
                 parts[t] = (op.output, offset)
             offset += n
     return parts
