@@ -61,7 +61,7 @@ def model_bytes(arch, kwargs):
     if not hasattr(torch, "get_default_device"):        # torch.device as a context manager: torch >= 2
         return 0, 0
     try:
-        with torch.device("meta"), _SkipInitOnMeta():
+        with torch.device("meta"), _skip_init_on_meta():
             model = build_model(arch, **kwargs)
     except Exception:
         return 0, 0
@@ -79,7 +79,7 @@ INITIALIZERS = frozenset(("normal_", "uniform_", "trunc_normal_", "kaiming_norma
                           "exponential_", "geometric_", "cauchy_", "bernoulli_", "random_"))
 
 
-def _SkipInitOnMeta():
+def _skip_init_on_meta():
     """A torch function mode in which an initializer (INITIALIZERS) called on a meta tensor returns the tensor
     as it is: counting a model needs its shapes, not its values."""
     from torch.overrides import TorchFunctionMode

@@ -149,9 +149,11 @@ def file_hash(path) -> str:
     return h.hexdigest()
 
 
-def concat_blocks(shapes, axis):
-    """(outer, [inner of each input], inner of the output) of a concatenation along axis: the output is
-    `outer` rows, each the inputs' blocks of `inner` elements side by side."""
+def concat_blocks(op, tensors):
+    """(outer, [inner of each input], inner of the output) of a concat op (its constant inputs included): the
+    output is `outer` rows, each the inputs' blocks of `inner` elements side by side."""
+    consts, axis = op.attrs["constants"], op.attrs["axis"]
+    shapes = [consts[t].shape if t in consts else tensors[t].shape for t in op.inputs]
     outer = int(np.prod(shapes[0][:axis]))
     inner = [int(np.prod(s[axis:])) for s in shapes]
     return outer, inner, int(sum(inner))

@@ -108,8 +108,7 @@ def concat_parts(graph, root) -> Dict[str, tuple]:
         if op.kind != "concat" or op.output == graph.output or root[op.output] != op.output:
             continue
         consts = op.attrs["constants"]
-        shapes = [consts[t].shape if t in consts else graph.tensors[t].shape for t in op.inputs]
-        outer, inner, _ = concat_blocks(shapes, op.attrs["axis"])
+        outer, inner, _ = concat_blocks(op, graph.tensors)
         offset = 0
         for t, n in zip(op.inputs, inner):
             if (outer == 1 and t not in consts and t not in concats and t != graph.input and root.get(t) == t

@@ -29,8 +29,7 @@ def reference(*args):
 
 def emit(em, i, op, name):
     a, g = op.attrs, em.g
-    outer, inner, out_inner = concat_blocks([a["constants"][t].shape if t in a["constants"] else g.tensors[t].shape
-                                       for t in op.inputs], a["axis"])
+    outer, inner, out_inner = concat_blocks(op, g.tensors)
     calls, offset = [], 0
     for k, (t, table) in enumerate(zip(op.inputs, a["tables"])):
         tab, src = "0", None
