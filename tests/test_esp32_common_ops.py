@@ -264,6 +264,61 @@ def test_mlp_with_layer_norm_and_gelu_deploys_from_fp32_onnx(tmp_path):
         assert "no TFLM mapping" in s["tflm_baseline"]["skipped"]
 
 
+class _TwoBlocks(torch.nn.Module):
+    """Linear -> LayerNorm -> GELU twice, written with F.gelu in one forward: torch names both GELUs' nodes
+    '/Div', '/Erf', ... (the same scope), so a fusion naming its node after its first node's scope made two
+    nodes '/Gelu' and onnxruntime refused the graph (issue 38)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.n1 = torch.nn.Linear(4, 16), torch.nn.LayerNorm(16)
+        self.l2, self.n2 = torch.nn.Linear(16, 16), torch.nn.LayerNorm(16)
+        self.l3 = torch.nn.Linear(16, 3)
+
+    def forward(self, x):                          # (B, 4) -> (B, 3)
+        x = torch.nn.functional.gelu(self.n1(self.l1(x)))
+        x = torch.nn.functional.gelu(self.n2(self.l2(x)))
+        return self.l3(x)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_an_op_fused_twice_gets_two_names_and_deploys_bit_exact(tmp_path, opset):
+    """Every fused node (GELU, and at opset 13 the written-out layer norm) named once; the model deploys the
+    user's way, bit-exact on host and rv32, every op within 1 LSB of onnxruntime."""
+    import warnings
+    src = tmp_path / "m.onnx"
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_TwoBlocks().eval(), torch.randn(1, 4), str(src), opset_version=opset, dynamo=False,
+                          input_names=["x"], output_names=["y"])
+    fusions = fuse_onnx(src, tmp_path / "f.onnx")
+    names = [f["node"] for f in fusions]
+    assert [f["op"] for f in fusions].count("Gelu") == 2 and len(set(names)) == len(names), names
+    out = tmp_path / "esp32"
+    r = CliRunner().invoke(app, ["deploy", "--target", "esp32c3", "--onnx", str(src), "--calibration",
+                                 str(_calibration(tmp_path / "c.npy")), "--out", str(out), "--option",
+                                 "callgrind=false", "--activations", "int8"])
+    assert r.exit_code == 0, r.output
+    f = json.loads((out / "report.json").read_text())["figures"]
+    assert f["host_bit_exact"]["value"] is True and f["ort_max_lsb_per_op"]["value"] <= 1
+    if rv32.available():
+        assert f["rv32_bit_exact"]["value"] is True
+
+
+def test_repeated_and_empty_node_names_of_a_users_graph_are_made_unique():
+    from onnx import TensorProto, helper
+    from grpo_edge.export.onnx_utils import name_nodes_uniquely, unique_name
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Relu", ["a"], ["b"], name="r"),
+             helper.make_node("Relu", ["b"], ["c"]), helper.make_node("Relu", ["c"], ["y"], name="r_1")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
+    m = helper.make_model(g)
+    assert name_nodes_uniquely(m) == 2
+    assert [n.name for n in m.graph.node] == ["r", "r_2", "Relu_1", "r_1"]
+    assert unique_name(m, "r") == "r_3" and unique_name(m, "a") == "a_1" and unique_name(m, "z") == "z"
+
+
 def _bn_cnn():
     return samples.kind_model("bn_cnn", seed=1)[0]
 

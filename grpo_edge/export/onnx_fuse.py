@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from grpo_edge.export.onnx_utils import drop_unused_constants, static_shapes
+from grpo_edge.export.onnx_utils import drop_unused_constants, name_nodes_uniquely, static_shapes, unique_name
 
 MS_DOMAIN = "com.microsoft"
 
@@ -204,7 +204,7 @@ def _fuse_layer_norms(model, fusions):
         if found is None:
             continue
         x, nodes, out, gamma, beta, eps = found
-        name = (node.name or out).rsplit("/", 1)[0] + "/LayerNormalization"
+        name = unique_name(model, (node.name or out).rsplit("/", 1)[0] + "/LayerNormalization")
         n = _last_dim(model, g, gamma, beta)
         for role, value in (("gamma", 1.0), ("beta", 0.0)):
             if (gamma if role == "gamma" else beta) is None:
@@ -252,7 +252,7 @@ def _fold_batch_norms(model, fusions):
             trans_b = next((x.i for x in prev.attribute if x.name == "transB"), 0)
             per_out = a.reshape((1, -1) if prev.op_type == "Gemm" and not trans_b else (-1,) + (1,) * (w.ndim - 1))
             _set_init(model, inits, prev.input[1], (w * per_out).astype(np.float32))
-            name = (prev.name or prev.output[0]) + "/bn_bias"
+            name = unique_name(model, (prev.name or prev.output[0]) + "/bn_bias")
             model.graph.initializer.append(numpy_helper.from_array((bias * a + b).astype(np.float32), name))
             del prev.input[2:]
             prev.input.append(name)
@@ -267,7 +267,7 @@ def _fold_batch_norms(model, fusions):
 def _affine_node(model, bn, a, b, rank) -> str:
     """x a + b per channel, in place of `bn`: a depthwise 1x1 Conv (rank 3-4) or a diagonal Gemm (rank 2)."""
     from onnx import helper, numpy_helper
-    name = (bn.name or bn.output[0]) + "/affine"
+    name = unique_name(model, (bn.name or bn.output[0]) + "/affine")
     if rank == 2:
         w, node = np.diag(a), helper.make_node("Gemm", [bn.input[0], name + "/w", name + "/b"], [bn.output[0]],
                                                name=name)
@@ -335,6 +335,7 @@ def fuse_model(model):
     (a rewrite has "layout": True)."""
     from onnx import helper
     fusions = []
+    name_nodes_uniquely(model)               # names below are made from the nodes' names
     _batch_of_one(model)
     for _ in range(16):                      # a folded Shape can make the next Reshape's shape static
         n = len(fusions)
@@ -357,7 +358,7 @@ def fuse_model(model):
             if found is None:
                 continue
             x, nodes, out = found
-            name = (nodes[0].name or out).rsplit("/", 1)[0] + "/" + op_type
+            name = unique_name(model, (nodes[0].name or out).rsplit("/", 1)[0] + "/" + op_type)
             fused = helper.make_node(op_type, [x], [out], name=name, domain="" if op_type == "Softsign" else MS_DOMAIN)
             pos = list(model.graph.node).index(nodes[-1])
             model.graph.node.insert(pos, fused)

@@ -74,6 +74,40 @@ def insert_qdq(model, src, dq_out, scale, zero_point, after=None, name=None) -> 
     g.node.insert(at + 1, helper.make_node("DequantizeLinear", [q, names[0], names[1]], [dq_out], name=name + "_DQ"))
 
 
+def unique_name(model, base: str) -> str:
+    """`base`, or base_1, base_2, ...: the first that no node, tensor or initializer of `model` uses yet (a
+    pass that makes several nodes from one pattern, as every fused GELU of a model, must not name them alike:
+    onnxruntime refuses a graph with two nodes of one name)."""
+    g = model.graph
+    used = {n.name for n in g.node} | {t for n in g.node for t in list(n.input) + list(n.output)}
+    used |= {i.name for i in g.initializer} | {v.name for v in list(g.input) + list(g.output)}
+    name, k = base, 0
+    while name in used:
+        k += 1
+        name = "%s_%d" % (base, k)
+    return name
+
+
+def name_nodes_uniquely(model) -> int:
+    """Give every unnamed node, and every node after the first of a repeated name, a name of its own
+    (op type or the old name, with a suffix); -> how many were renamed. A user's graph may repeat a name,
+    and onnxruntime, whose quantizer loads the graph again, refuses that."""
+    taken = {n.name for n in model.graph.node if n.name}
+    seen, renamed = set(), 0
+    for n in model.graph.node:
+        if n.name and n.name not in seen:
+            seen.add(n.name)
+            continue
+        base, k = n.name or n.op_type, 1
+        while "%s_%d" % (base, k) in taken:
+            k += 1
+        n.name = "%s_%d" % (base, k)
+        taken.add(n.name)
+        seen.add(n.name)
+        renamed += 1
+    return renamed
+
+
 def static_shapes(model) -> dict:
     """{tensor: its shape} for the tensors whose every dimension shape inference knows."""
     import onnx
