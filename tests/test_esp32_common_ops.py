@@ -306,6 +306,25 @@ def test_an_op_fused_twice_gets_two_names_and_deploys_bit_exact(tmp_path, opset)
         assert f["rv32_bit_exact"]["value"] is True
 
 
+def test_the_dynamo_exporters_softplus_threshold_is_one_softplus(tmp_path):
+    """torch.onnx.export(dynamo=True) writes F.softplus as where(x > 20, x, softplus(x)): fused into one
+    Softplus (one table), computing the same."""
+    import warnings
+    from grpo_edge.export.onnx_utils import session
+    src = tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_mlp(torch.nn.Softplus()).eval(), (torch.randn(1, 4),), str(src), dynamo=True,
+                          external_data=False, verbose=False, input_names=["x"], output_names=["y"])
+    assert {"Greater", "Where", "Softplus"} <= set(_op_types(src))
+    f = fuse_onnx(src, tmp_path / "f.onnx")
+    assert [x["op"] for x in f if x["op"] == "Softplus"] == ["Softplus"]
+    assert _op_types(tmp_path / "f.onnx") == ["Gemm", "Softplus", "Gemm"]
+    x = np.random.default_rng(1).normal(size=(1, 4)).astype(np.float32) * 30
+    ya, yb = (session(p).run(None, {"x": x})[0] for p in (src, tmp_path / "f.onnx"))
+    assert np.allclose(ya, yb, rtol=1e-5, atol=1e-5), (ya, yb)
+
+
 def test_repeated_and_empty_node_names_of_a_users_graph_are_made_unique():
     from onnx import TensorProto, helper
     from grpo_edge.export.onnx_utils import name_nodes_uniquely, unique_name

@@ -8,7 +8,8 @@ times inside one activation, and a compiler meets a Div or a Mul, not a GELU. Fu
 one node, whose int8 form is a single table (quantize(gelu(dequantize(q)))), the way TFLite's converter
 fuses GELU:
 - erf form: x * (erf(x / sqrt(2)) + 1) * 0.5 (also with x * 0.5 first) -> com.microsoft Gelu;
-- tanh form: x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) -> com.microsoft FastGelu.
+- tanh form: x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))) -> com.microsoft FastGelu;
+- x / (|x| + 1) -> Softsign; where(x > 20, x, softplus(x)) (the dynamo exporter's F.softplus) -> Softplus.
 onnxruntime runs both contrib ops (CPU). A layer norm written out (torch at opset < 17: ReduceMean, Sub,
 Pow, ReduceMean, Add eps, Sqrt, Div, then Mul gamma and Add beta) becomes one LayerNormalization over the
 last axis (an ONNX op from opset 17: an older model's opset is raised to 17, which torch's exports at 13-16
@@ -92,6 +93,21 @@ def _match_softsign(g, abs_node):
     if div is None or div.input[0] != x or div.input[1] != add.output[0]:
         return None
     return x, [abs_node, add, div], div.output[0]
+
+
+def _match_softplus_threshold(g, softplus):
+    """Softplus node -> (x, [nodes], output) of where(x > t, x, softplus(x)) with t >= 15, or None: torch's
+    dynamo exporter writes F.softplus's threshold (20) so; above 15, softplus(x) - x < 4e-7, the same
+    function in float, so one Softplus (one int8 table) replaces the three nodes."""
+    x = softplus.input[0]
+    where = g.only_consumer(softplus.output[0], "Where")
+    if where is None or list(where.input[1:]) != [x, softplus.output[0]]:
+        return None
+    cond = g.producer.get(where.input[0])
+    if (cond is None or cond.op_type != "Greater" or cond.input[0] != x or (g.scalar(cond.input[1]) or 0) < 15
+            or g.only_consumer(cond.output[0], "Where") is not where):
+        return None
+    return x, [cond, softplus, where], where.output[0]
 
 
 def _match_tanh(g, tanh):
@@ -349,7 +365,8 @@ def fuse_model(model):
             if o.domain in ("", "ai.onnx") and o.version < 17:
                 o.version = 17
     for op_type, start, match in (("Gelu", "Erf", _match_erf), ("FastGelu", "Tanh", _match_tanh),
-                                  ("Softsign", "Abs", _match_softsign)):
+                                  ("Softsign", "Abs", _match_softsign),
+                                  ("Softplus", "Softplus", _match_softplus_threshold)):
         g = _Graph(model)
         for node in list(model.graph.node):
             if node.op_type != start:
@@ -359,7 +376,7 @@ def fuse_model(model):
                 continue
             x, nodes, out = found
             name = unique_name(model, (nodes[0].name or out).rsplit("/", 1)[0] + "/" + op_type)
-            fused = helper.make_node(op_type, [x], [out], name=name, domain="" if op_type == "Softsign" else MS_DOMAIN)
+            fused = helper.make_node(op_type, [x], [out], name=name, domain="" if op_type in ("Softsign", "Softplus") else MS_DOMAIN)
             pos = list(model.graph.node).index(nodes[-1])
             model.graph.node.insert(pos, fused)
             for n in nodes:

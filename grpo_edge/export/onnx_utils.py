@@ -41,21 +41,27 @@ def is_qdq(path) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in load_onnx(path).graph.node)
 
 
-def copy_onnx(src, dst) -> None:
+def copy_onnx(src, dst) -> int:
     """The ONNX file src as one self-contained file dst: weights that torch's exporter wrote beside it
-    (src.data, external data) are read in; a file without external data is copied as it is."""
+    (src.data, external data) are read in, and repeated or empty node names made unique (onnxruntime refuses
+    a graph with two nodes of one name); a file with neither is copied as it is. -> nodes renamed."""
     import shutil
     import onnx
     from grpo_edge.report import atomic_write_bytes
     model = onnx.load(str(src), load_external_data=False)
-    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    renamed = name_nodes_uniquely(model)
+    if not external and not renamed:
         shutil.copyfile(str(src), str(dst))
-        return
-    try:
-        onnx.load_external_data_for_model(model, str(Path(src).resolve().parent))
-    except Exception as e:  # noqa: BLE001 - a missing or short .data file
-        raise ExportError("%s: its weights are stored outside it, and they cannot be read (%s)" % (src, _first_line(e)))
+        return 0
+    if external:
+        try:
+            onnx.load_external_data_for_model(model, str(Path(src).resolve().parent))
+        except Exception as e:  # noqa: BLE001 - a missing or short .data file
+            raise ExportError("%s: its weights are stored outside it, and they cannot be read (%s)"
+                              % (src, _first_line(e)))
     atomic_write_bytes(dst, model.SerializeToString())
+    return renamed
 
 
 def insert_qdq(model, src, dq_out, scale, zero_point, after=None, name=None) -> None:
