@@ -9,7 +9,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HOW = ("measured-host", "measured-device", "estimated", "exact")
 
@@ -51,6 +51,7 @@ class Report:
     sections: Dict[str, Any] = field(default_factory=dict)   # free-form structured detail (tables, checks)
     notes: List[str] = field(default_factory=list)          # methods, assumptions, sources
     warnings: List[str] = field(default_factory=list)       # a goal missed: on top of the report and the console
+    gate: Optional[Dict[str, Any]] = None                    # targets/gate.py: the artifact vs fp32, passed or not
 
     def add(self, key: str, value, unit: str = "", how: str = "measured-host", source: str = "") -> Figure:
         f = Figure(value, unit, how, source)
@@ -58,14 +59,18 @@ class Report:
         return f
 
     def to_dict(self) -> dict:
-        return {"title": self.title, "target": self.target, "warnings": self.warnings,
+        return {"title": self.title, "target": self.target, "gate": self.gate, "warnings": self.warnings,
                 "figures": {k: asdict(v) for k, v in self.figures.items()},
                 "sections": self.sections, "notes": self.notes}
 
     def to_markdown(self) -> str:
         lines = ["# %s" % self.title, ""]
+        if self.gate is not None and not self.gate["passed"]:
+            lines += [self.gate["banner"], ""]
         if self.target:
             lines += ["Target: `%s`" % self.target, ""]
+        if self.gate is not None and self.gate["passed"]:
+            lines += ["Quality gate: %s" % self.gate["line"], ""]
         if self.warnings:
             lines += ["## Warnings", ""] + ["- %s" % w for w in self.warnings] + [""]
         if self.figures:
@@ -86,6 +91,8 @@ class Report:
         obtained), the warnings; the whole report is out_dir/report.md."""
         out = Path(out_dir)
         lines = ["%s -> %s/" % (self.title, out)]
+        if self.gate is not None:
+            lines.append("  gate: %s" % self.gate["line"])
         shown = [k for k in keys if k in self.figures][:most]
         lines += ["  %s: %s" % (k, self.figures[k].text()) for k in shown]
         lines += ["  warning: %s" % w for w in self.warnings]

@@ -11,11 +11,15 @@ from typer.testing import CliRunner
 from grpo_edge.cli.main import app
 
 
-def _deploy(tmp_path, *extra):
+def _deploy(tmp_path, *extra, exit_code=0):
     out = tmp_path / "esp32"
     r = CliRunner().invoke(app, ["deploy", "--target", "esp32c3", "--checkpoint", str(cached_checkpoint("cartpole")),
                                  "--out", str(out), "--option", "tflm=false", "--option", "callgrind=false", *extra])
-    assert r.exit_code == 0, r.output
+    if exit_code == 3:            # below the quality gate (the CLI's main turns GateError into exit 3)
+        from grpo_edge.targets.gate import GateError
+        assert isinstance(r.exception, GateError), r.output
+    else:
+        assert r.exit_code == exit_code, r.output
     return json.loads((out / "report.json").read_text()), out
 
 
@@ -40,9 +44,14 @@ def test_cartpole_checkpoint_deploys_with_measured_quantization_choice(tmp_path)
 
 
 def test_activations_flag_forces_a_form(tmp_path):
-    rep, _ = _deploy(tmp_path, "--activations", "int8")
+    """Forced int8, the CartPole policy keeps its return but not its decisions: the gate says so (exit 3)."""
+    rep, out = _deploy(tmp_path, "--activations", "int8", exit_code=3)
     assert rep["figures"]["activations"]["value"] == "int8"
     assert [c["activations"] for c in rep["sections"]["quantization"]["candidates"]] == ["int8"]
+    assert rep["gate"]["passed"] is False and rep["gate"]["tried"][0]["form"] == "int8"
+    assert rep["figures"]["decision_agreement_fp32"]["value"] < 0.99
+    rep, _ = _deploy(tmp_path, "--activations", "int8", "--min-agreement", "0")
+    assert rep["gate"]["passed"] is True
 
 
 @pytest.mark.parametrize("args,needle", [

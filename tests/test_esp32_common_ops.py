@@ -18,6 +18,11 @@ from grpo_edge.targets.esp32 import reference as R
 from grpo_edge.targets.esp32.ir import Graph
 
 
+# Random weights give near-tied logits, so int8 flips a few decisions (0.93-0.98 measured): these tests are about
+# the compiler's arithmetic (bit-exact, within 1 LSB of onnxruntime), and deploy with this gate; the gate itself
+# is tested in test_quality_gate.py.
+RANDOM_GATE = 0.9
+
 def _export(module, path, shape=(1, 4)):
     import warnings
     torch.manual_seed(0)
@@ -46,7 +51,8 @@ def _deploy_kind(name, tmp_path, seed=0):
     src, calib = samples.export_kind(name, tmp_path, seed=seed)
     out = tmp_path / "esp32"
     r = CliRunner().invoke(app, ["deploy", "--target", "esp32s3", "--onnx", str(src), "--calibration", str(calib),
-                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8"])
+                                 "--out", str(out), "--option", "callgrind=false", "--activations", "int8",
+                                 "--min-agreement", str(RANDOM_GATE)])
     assert r.exit_code == 0, r.output
     return out, json.loads((out / "report.json").read_text())
 
@@ -637,7 +643,7 @@ def test_variants_of_the_kinds_deploy_bit_exact(tmp_path, cls, shape):
             bn.running_var.uniform_(0.5, 2.0)
     src = _export(m, tmp_path / "m.onnx", shape=shape)
     rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
-        "calibration": str(_calibration(tmp_path / "c.npy", shape=shape[1:])), "activations": "int8",
+        "calibration": str(_calibration(tmp_path / "c.npy", shape=shape[1:])), "activations": "int8", "min_agreement": RANDOM_GATE,
         "callgrind": False})
     f = rep.figures
     assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
@@ -674,7 +680,7 @@ def test_transformer_variants_pick_tokens_by_gather_or_slice(tmp_path, pick):
                           input_names=["x"], output_names=["y"])
     assert {"class_token": "Gather", "slice_mean": "Slice", "max_over_tokens": "ReduceMax"}[pick] in _op_types(src)
     rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
-        "calibration": str(_calibration(tmp_path / "c.npy", shape=(8, 6))), "activations": "int8",
+        "calibration": str(_calibration(tmp_path / "c.npy", shape=(8, 6))), "activations": "int8", "min_agreement": RANDOM_GATE,
         "callgrind": False, "tflm": False})
     f = rep.figures
     assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
@@ -717,7 +723,7 @@ def test_class_token_concatenated_and_a_layer_norm_without_affine(tmp_path):
             return self.head(torch.nn.functional.layer_norm(self.b(h), (16,))[:, 0])
     src = _export(ClassToken(), tmp_path / "m.onnx", shape=(1, 8, 6))
     rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
-        "calibration": str(_calibration(tmp_path / "c.npy", shape=(8, 6))), "activations": "int8",
+        "calibration": str(_calibration(tmp_path / "c.npy", shape=(8, 6))), "activations": "int8", "min_agreement": RANDOM_GATE,
         "callgrind": False, "tflm": False})
     f = rep.figures
     assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
@@ -766,7 +772,7 @@ def test_token_ids_through_an_embedding_deploy_bit_exact(tmp_path):
     src, calib = samples.export_kind("token_classifier", tmp_path)
     assert np.load(calib).dtype.kind == "i"
     rep = deploy("esp32s3", onnx=str(src), out_dir=str(tmp_path / "out"), options={
-        "calibration": str(calib), "activations": "int8", "callgrind": False})
+        "calibration": str(calib), "activations": "int8", "min_agreement": RANDOM_GATE, "callgrind": False})
     f = rep.figures
     assert f["host_bit_exact"].value is True and f["ort_max_lsb_per_op"].value <= 1
     assert "token-id (0..19)" in f["host_bit_exact"].source

@@ -35,6 +35,10 @@ def test_ci_seeds_cover_every_family_exporter_batch_and_naming():
 def test_generated_model_deploys_bit_exact_at_the_gate(tmp_path, seed):
     spec = modelgen.make_spec(seed)
     result = modelgen.check(spec, tmp_path, target="esp32c3")
+    if result["outcome"] == "refused":      # only the gate may refuse these (exit 3), and the C it measured is right
+        assert result["reason"].startswith("below the quality gate:"), (spec, result)
+        assert result["host_bit_exact"] is True and result["rv32_bit_exact"] in (True, None), (spec, result)
+        return
     assert result["outcome"] == "deployed", (spec, result)
 
 

@@ -163,7 +163,7 @@ def test_continuous_policy_pi_runner_prints_actions(tmp_path, pendulum_checkpoin
     r = subprocess.run([sys.executable, "runner.py", "--input", "sample_inputs.npy", "--json"], cwd=str(out),
                        capture_output=True, text=True, timeout=120)
     actions = np.asarray(json.loads(r.stdout)["actions"])
-    assert actions.shape == (64, 1) and float(np.abs(actions).max()) <= 2.0
+    assert actions.shape == (100, 1) and float(np.abs(actions).max()) <= 2.0
 
 
 def test_mujoco_robot_or_its_missing_extra():

@@ -92,8 +92,17 @@ def deploy(
     option: List[str] = typer.Option([], "--option", help="Target option key=value (repeatable)."),
     force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that deploy did not make "
                                "(overwrites files of the same name)."),
+    min_agreement: Optional[float] = typer.Option(None, "--min-agreement", min=0.0, max=1.0, help="The quality "
+                                                  "gate (default 0.99): the artifact's decisions (or actions, or "
+                                                  "outputs) must agree with fp32 on this share of held-out inputs, "
+                                                  "else deploy exits 3. 0 accepts any."),
+    min_retention: Optional[float] = typer.Option(None, "--min-retention", min=0.0, max=1.0, help="The gate on "
+                                                  "the task's return, where deploy measures it (default 0.99)."),
 ):
     """Build, simulate and report a target artifact from a checkpoint or an ONNX model.
+
+    Every deploy measures its artifact against the fp32 model on held-out inputs (the quality gate, shown
+    in the summary); below --min-agreement it exits 3, the folder written for inspection only.
 
     From a checkpoint, or from an ONNX model (an fp32 one
     with --calibration, or an int8 QDQ one). A second deploy into the same folder replaces only the files
@@ -105,11 +114,19 @@ def deploy(
         opts["precision"] = precision
     if calibration is not None:
         opts["calibration"] = calibration
+    for key, value in (("min_agreement", min_agreement), ("min_retention", min_retention)):
+        if value is not None:
+            opts[key] = value
     if activations is not None:
         if load_profile(target).get("family") != "esp32":
             raise GrpoEdgeError("--activations applies to the esp32 targets (got --target %s)" % target)
         opts["activations"] = activations
-    report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts, force=force)
+    from grpo_edge.targets.gate import GateError
+    try:
+        report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts, force=force)
+    except GateError as e:             # the summary first (it shows the gate), then the one line, exit 3
+        typer.echo(e.report.summary(out))
+        raise
     typer.echo(report.summary(out) if report is not None else "done")
     for w in getattr(report, "warnings", None) or []:
         typer.echo("warning: %s" % w, err=True)

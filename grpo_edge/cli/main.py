@@ -56,7 +56,7 @@ def _run():
         rv = _command().main(standalone_mode=False, prog_name="grpo-edge")   # usage errors come here: one line each
     except GrpoEdgeError as e:
         typer.echo("error: %s" % e, err=True)
-        return 2
+        return getattr(e, "exit_code", 2)        # 2: bad input; 3: a deploy below its quality gate
     except _usage_errors() as e:
         from grpo_edge.cli.errors import usage2line
         ctx = getattr(e, "ctx", None)

@@ -50,8 +50,12 @@ def action_errors(got, ref, action_range):
 def agreement(got, ref, action_range=None) -> float:
     """Share of inputs where an artifact decides as the reference: the same argmax (discrete policies), or,
     with action_range (grpo_edge.core.distributions.action_range: a continuous policy), every action
-    within ACTION_TOLERANCE of its range."""
+    within ACTION_TOLERANCE of its range; a single output column (a user's regression or value model), within
+    ACTION_TOLERANCE of the reference's range over these inputs."""
     got, ref = np.asarray(got), np.asarray(ref)
+    if action_range is None and ref.ndim == 2 and ref.shape[-1] == 1:     # one output: no argmax to compare
+        span = float(ref.max() - ref.min())
+        action_range = [span if span > 0 else 1.0]
     if action_range is not None:
         return float((action_errors(got, ref, action_range) <= ACTION_TOLERANCE).mean())
     return float((got.argmax(-1) == ref.argmax(-1)).mean())

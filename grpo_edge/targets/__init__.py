@@ -16,9 +16,14 @@ FAMILY_MODULES = {"rpi": "grpo_edge.targets.rpi", "esp32": "grpo_edge.targets.es
 
 def deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None, force=False):
     """Deploy a checkpoint (or an ONNX model) to the named target; returns the Report (also written).
-    The folder is built aside and published at the end (targets/contract.py: manifest, edited files kept)."""
+    The folder is built aside and published at the end (targets/contract.py: manifest, edited files kept).
+    An artifact below its quality gate (targets/gate.py) raises GateError after the folder is written; the
+    error carries the report (e.report)."""
     from grpo_edge.targets.contract import deploy_into_folder
-    return deploy_into_folder(_deploy, target, checkpoint, onnx, out_dir, options, force)
+    from grpo_edge.targets.gate import enforce
+    report = deploy_into_folder(_deploy, target, checkpoint, onnx, out_dir, options, force)
+    enforce(report)             # below the quality gate: GateError (exit 3), the folder written for inspection
+    return report
 
 
 def _deploy(target, checkpoint=None, onnx=None, out_dir="deploy", options=None):

@@ -21,7 +21,8 @@ from grpo_edge.errors import ExportError, TargetError
 EVAL_SEED = 4242          # evaluation states come from another seed than the calibration set
 ACTIVATIONS = ("auto", "int8", "int16")
 MIN_AGREEMENT = 0.99
-OPTIONS = ("calibration", "calibration_samples", "method", "activations", "weight_rounding", "min_agreement")
+OPTIONS = ("calibration", "calibration_samples", "method", "activations", "weight_rounding", "min_agreement",
+           "min_retention")
 
 
 def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bool):
@@ -33,7 +34,10 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     method = options.pop("method", "minmax")
     activations = str(options.pop("activations", "auto"))
     rounding = options.pop("weight_rounding", None)
-    min_agreement = float(options.pop("min_agreement", MIN_AGREEMENT))
+    from grpo_edge.targets import gate
+    min_agreement = gate.check_threshold("min_agreement", options.pop("min_agreement", gate.MIN_AGREEMENT))
+    options["gate"] = {"min_agreement": min_agreement, "min_retention": gate.check_threshold(
+        "min_retention", options.pop("min_retention", gate.MIN_RETENTION))}
     if activations not in ACTIVATIONS:
         raise TargetError("option activations must be one of %s, got %r" % ("|".join(ACTIVATIONS), activations))
     if not from_checkpoint:
@@ -64,8 +68,10 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     options.setdefault("quantization", choice)
     if options.get("eval_inputs") is None and task is None:      # the calibration inputs (no task to sample)
         options["eval_inputs"] = np.asarray(_single_input(data), dtype=np.float32)
+        options["gate"]["on"] = "calibration inputs (the checkpoint has no task to draw held-out states from)"
     if options.get("eval_inputs") is None:
         options["eval_inputs"] = np.asarray(task_inputs(task, 1000, policy=model), dtype=np.float32)
+        options["gate"]["on"] = "held-out task states (seed %d, not the calibration episodes)" % EVAL_SEED
     if options.get("task") is None and getattr(task, "kind", None) == "control":
         options["task"] = task            # closed-loop score of the integer model (control tasks: fast)
     return Path(choice["chosen_path"]), options
@@ -104,17 +110,40 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     copy_onnx(source, fp32)
     data = load_calibration(calib)
     check_calibration(data, calib)
-    # an ONNX file does not say its action bounds: decisions compare by argmax (a continuous policy's single
-    # action column then always agrees; deploy it from its checkpoint for the action-error figures)
+    calib, data, held_out = split_held_out(data, calib, out_dir, min_agreement)
+    # an ONNX file does not say its action bounds: decisions compare by argmax (several output columns), or
+    # every output within 1% of its range (one column: export/evaluate.py:agreement)
     choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
     options.setdefault("fp32_onnx", str(fp32))
     options.setdefault("source", str(source))
     options.setdefault("prefix", default_prefix(source))
     options.setdefault("quantization", choice)
-    x = _single_input(data)
-    if options.get("eval_inputs") is None and x is not None:     # the calibration inputs (no task here)
+    x = held_out if held_out is not None else _single_input(data)
+    if options.get("eval_inputs") is None and x is not None:
         options["eval_inputs"] = x if x.dtype.kind in "iu" else np.asarray(x, dtype=np.float32)
+        options["gate"]["on"] = ("calibration inputs held out of calibration" if held_out is not None
+                                 else "calibration inputs (all of them: no gate asked for)")
     return Path(choice["chosen_path"]), options
+
+
+def split_held_out(data, calib, out_dir, min_agreement):
+    """A single-input calibration set -> (path, data) of what calibrates and the inputs held out of it to
+    measure the gate on: max(100, n // 5) of them, a seeded draw; the rest is written to
+    out_dir/calibration.npz. Fewer than 200 inputs: one line (exit 2), unless the gate is 0 (all calibrate,
+    and the figure is measured on them). A set of several inputs is kept whole (random inputs measure)."""
+    from grpo_edge.export.calibration import save_calibration
+    from grpo_edge.targets import gate
+    x = _single_input(data)
+    if x is None:
+        return calib, data, None
+    keep, held = gate.hold_out(len(x), min_agreement, calib)
+    if held is None:
+        return calib, data, None
+    name = next(key for key in data if not key.startswith("__"))
+    rest = {name: x[keep]}
+    path = save_calibration(rest, Path(out_dir) / "calibration.npz",
+                            {"from": str(calib), "n": int(len(keep)), "held_out": int(len(held)), "seed": 0})
+    return path, rest, x[held]
 
 
 def check_compilable(fp32) -> None:

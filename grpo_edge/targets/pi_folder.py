@@ -19,17 +19,32 @@ def run_runner(out, args):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def choose_model(keep, lat, min_retention):
-    """fp32 or int8, by measurement: int8 only if it keeps the metric AND is faster on the measured host."""
+def choose_model(keep, lat, min_retention, agreement=None, min_agreement=0.0):
+    """fp32 or int8, by measurement: int8 only if it keeps the metric, agrees with the checkpoint on at least
+    min_agreement of the sample (when measured) AND is faster on the measured host."""
     faster = lat["int8"] < lat["fp32"]
     speed = "int8 %.3g s vs fp32 %.3g s median on this host" % (lat["int8"], lat["fp32"])
     if keep is None:
         return "model.onnx", "no task metric to check int8 against: fp32 kept (%s)" % speed
     if keep < min_retention:
         return "model.onnx", "int8 keeps %.4f of the fp32 metric (< %.2f): fp32 (%s)" % (keep, min_retention, speed)
+    if agreement is not None and agreement < min_agreement:
+        return "model.onnx", ("int8 agrees with the checkpoint on %.4f of the sample (< %.2f): fp32 (%s)"
+                              % (agreement, min_agreement, speed))
     if not faster:
         return "model.onnx", "int8 keeps %.4f of the metric but is not faster (%s): fp32" % (keep, speed)
     return "model.int8.onnx", "int8 keeps %.4f of the metric and is faster (%s)" % (keep, speed)
+
+
+def pi_gate(chosen, agreements: dict, n: int, on: str, keep, opts, figure: str) -> dict:
+    """The Pi deploy's quality gate (targets/gate.py) on the model the folder runs: its agreement with the
+    checkpoint (agreements: {"fp32": a, "int8": b}), and for int8 the task metric it keeps."""
+    from grpo_edge.targets import gate
+    tag = "int8" if chosen == "model.int8.onnx" else "fp32"
+    tried = [{"form": t, "value": agreements.get(t)} for t in ("int8", "fp32") if agreements.get(t) is not None]
+    return gate.decide(figure, agreements.get(tag), gate.check_threshold("min_agreement", opts["min_agreement"]), n,
+                       on, tried, "%s (%s)" % (chosen, tag), keep if tag == "int8" else None,
+                       gate.check_threshold("min_retention", opts["min_retention"]))
 
 
 def write_readme(out, rep) -> None:
@@ -41,7 +56,9 @@ def write_readme(out, rep) -> None:
     tok = json.loads((out / "tokenizer.json").read_text()) if (out / "tokenizer.json").exists() else None
     name = rep.title.replace("grpo-edge deploy: ", "")
     what = "%s %s" % (cfg.get("task") or (tok or {}).get("task") or "A", "text model" if tok else "policy")
-    parts = ["# %s on the %s\n" % (what[0].upper() + what[1:], name),
+    banner = [rep.gate["banner"]] if rep.gate is not None and not rep.gate["passed"] else []
+    parts = ["# %s on the %s\n" % (what[0].upper() + what[1:], name)] + banner + [
+             "Quality gate: %s.\n" % rep.gate["line"] if rep.gate is not None and rep.gate["passed"] else "",
              "Made by `grpo-edge deploy --target %s` from `%s`. The runner needs Python 3 with numpy and "
              "onnxruntime only (no torch, no grpo-edge).\n" % (cfg["target"], cfg["source"]),
              _INSTALL, _CHECK % ("expected_completions.json (the checkpoint's own greedy completions of prompts.txt)"

@@ -19,7 +19,7 @@ import numpy as np
 from grpo_edge import runtime
 from grpo_edge.errors import TargetError
 from grpo_edge.targets.contract import check_calibration, check_options, family_profile
-from grpo_edge.targets.pi_folder import choose_model, run_runner
+from grpo_edge.targets.pi_folder import choose_model, pi_gate, run_runner
 from grpo_edge.report import Report, atomic_write_text
 
 DEFAULTS = {"calibration": None, "calibration_samples": 512, "method": "minmax", "per_channel": True,
@@ -55,16 +55,17 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         return _finish(deploy_text(model, task, state, source, prof, out, opts, rep), out)
     art = _export(source, model, state, out, rep)
     calib, calib_src = _calibration(source, opts, task, model, art.inputs)
+    calib, held = _hold_out(calib, calib_src, opts)
     qinfo = _quantize(art, calib, calib_src, opts, rep)
-    sample = _write_folder(out, calib)
+    sample = _write_folder(out, held)
     sim = _simulate(out, model, sample, art, opts, rep)
+    rep.sections["simulation"] = sim
     lat = _measure_latency(out, art, opts, rep)
     keep = _task_metrics(task, model, art, opts["eval_n"], rep)
     _choose(out, keep, lat, art, prof, source, opts, rep, extra={
         "input": _input_info(art, state, task), "int8_check_agreement": sim["int8"]["action_agreement"],
         "task": (state or {}).get("task") or getattr(task, "name", None)})
     _estimate(art, prof, rep)
-    rep.sections["simulation"] = sim
     rep.sections["quantization"] = {k: qinfo[k] for k in ("method", "per_channel", "reduce_range", "num_samples",
                                                          "format", "errors")}
     rep.notes += [
@@ -117,10 +118,13 @@ def _calibration(source, opts, task, model, inputs):
         calib, calib_src = load_calibration(opts["calibration"]), str(opts["calibration"])
         check_calibration(calib, calib_src)
     elif task is not None:
-        x = task_inputs(task, opts["calibration_samples"], policy=model)
+        from grpo_edge.targets.gate import with_held_out          # and the inputs the gate holds out
+        n = int(opts["calibration_samples"])
+        x = task_inputs(task, with_held_out(n), policy=model)
         calib = x if isinstance(x, dict) else {inputs[0]["name"]: x.astype(np.float32)}
-        calib_src = "%s.calibration_inputs(%d), %s" % (type(task).__name__, len(x), "states the checkpoint policy "
-                                                         "visits" if model is not None else "no policy")
+        calib_src = "%s.calibration_inputs(%d), %s (and %d more held out for the quality gate)" % (
+            type(task).__name__, n, "states the checkpoint policy visits" if model is not None else "no policy",
+            with_held_out(n) - n)
     elif opts["task"] and builtin_calibration(opts["task"]):
         calib_src = str(builtin_calibration(opts["task"]))
         calib = load_calibration(calib_src)
@@ -142,11 +146,23 @@ def _quantize(art, calib, calib_src, opts, rep) -> dict:
     return qinfo
 
 
-def _write_folder(out, calib) -> dict:
-    """The folder a user copies to the Pi: runtime files, requirements, sample inputs; -> the sample."""
+def _hold_out(calib, calib_src, opts) -> tuple:
+    """-> (what calibrates, the inputs held out of it): the quality gate (targets/gate.py) measures the runner
+    on inputs the quantizer has not seen. With --min-agreement 0 and a small set, all calibrate and the
+    first 64 are the sample."""
+    from grpo_edge.targets import gate
+    n = min(len(v) for v in calib.values())
+    keep, held = gate.hold_out(n, gate.check_threshold("min_agreement", opts["min_agreement"]), calib_src)
+    if held is None:
+        return calib, {k: v[:64] for k, v in calib.items()}
+    return {k: v[keep] for k, v in calib.items()}, {k: v[held] for k, v in calib.items()}
+
+
+def _write_folder(out, sample) -> dict:
+    """The folder a user copies to the Pi: runtime files, requirements, the sample inputs (held out of the
+    calibration); -> the sample."""
     runtime.ship(out, RUNTIME)
     atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
-    sample = {k: v[:64] for k, v in calib.items()}
     np.save(str(out / "sample_inputs.npy"), next(iter(sample.values())))
     return sample
 
@@ -202,8 +218,14 @@ def _choose(out, keep, lat, art, prof, source, opts, rep, extra=None) -> None:
     """fp32 or int8 by the measurements (choose_model); written to deploy.json for the runner, with what
     the runner checks inputs and --check against (extra: input layout and range, int8's agreement)."""
     from grpo_edge.export.onnx_utils import io_specs
-    chosen, why = choose_model(keep, lat, opts["min_retention"])
+    sim = rep.sections["simulation"]
+    agree = {t: sim[t]["action_agreement"] if sim[t]["action_agreement"] is not None else
+             float(sim[t]["max_abs_diff"] <= opts["tolerance"]) for t in ("fp32", "int8")}
+    chosen, why = choose_model(keep, lat, opts["min_retention"], agree["int8"], opts["min_agreement"])
     rep.sections["choice"] = {"chosen": chosen, "why": why}
+    rep.gate = pi_gate(chosen, agree, len(np.load(str(out / "sample_inputs.npy"))), "sample inputs "
+                       "(sample_inputs.npy) vs the %s" % ("torch checkpoint" if source.suffix != ".onnx" else
+                                                          "fp32 ONNX model"), keep, opts, "agreement")
     deploy_cfg = {"chosen": chosen, "why": why, "int8_allowed": bool(keep is not None and keep >= opts["min_retention"]),
                   "inputs": art.inputs, "outputs": io_specs(art.graph, "output"),
                   "target": prof["name"], "source": _relative(source, out), "tolerance_fp32": opts["tolerance"]}

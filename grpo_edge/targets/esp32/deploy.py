@@ -26,7 +26,7 @@ CODE_PER_OP = 400                    # bytes of rv32 code per generated op (obse
 
 DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
             "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None,
-            "quantization": None, "task": None, "profile": True, "source": None}
+            "quantization": None, "task": None, "profile": True, "source": None, "gate": None}
 
 
 def _profile(profile):
@@ -141,10 +141,36 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                                 "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
                                          % (fw["dir"], pname if pname.startswith("esp32") else "esp32"),
                                 "flash": "grpo-edge flash %s --port PORT" % out}
+    rep.gate = quality_gate(rep, opts["gate"] or {}, graph.activation_dtype)
     from .readme import write_readme
     write_readme(out, graph, prefix, pname if pname.startswith("esp32") else "esp32", rep)
     rep.write(out)
     return rep
+
+
+def quality_gate(rep, settings: dict, dtype: str) -> dict:
+    """The deploy's gate (targets/gate.py) from its figures: the integer reference's agreement with fp32 on
+    the evaluation inputs, each quantization form tried, and for a continuous policy with its task the
+    return it keeps. A QDQ model given as it is has no fp32 model to compare with: not measured."""
+    from grpo_edge.targets import gate
+    f = rep.figures.get("decision_agreement_fp32")
+    q = rep.sections.get("quantization") or {}
+    forms = {"int8": "int8", "int16": "16x8"}
+    tried = [{"form": forms.get(c["activations"], c["activations"]), "error": c["error"]} if "error" in c else
+             {"form": forms.get(c["activations"], c["activations"]),
+              "value": c.get("agreement_eval", c.get("agreement_calibration"))} for c in q.get("candidates", [])]
+    continuous = "action_error_max_relative" in rep.figures
+    retention = None
+    if continuous and "task_metric_fp32" in rep.figures:
+        retention = gate.return_retention(rep.figures["task_metric_integer"].value, rep.figures["task_metric_fp32"].value)
+    n = (rep.sections.get("fp32_comparison") or {}).get("inputs", 0)
+    on = settings.get("on", "evaluation inputs")
+    if f is None:
+        return gate.decide("agreement with fp32", None, 0.0, 0, "inputs: an int8 QDQ model was given, with no fp32 "
+                           "model to compare it with", tried, forms.get(dtype, dtype))
+    figure = "action agreement" if continuous else "decision agreement"
+    return gate.decide(figure, f.value, settings.get("min_agreement", gate.MIN_AGREEMENT), n, on, tried,
+                       forms.get(dtype, dtype), retention, settings.get("min_retention", gate.MIN_RETENTION))
 
 
 def _check_source(source) -> Path:
@@ -239,6 +265,7 @@ def _fp32_check(graph, xf, fp32_onnx, task, rep) -> None:
     from grpo_edge.export.evaluate import ACTION_TOLERANCE, action_errors
     action_range = range_of(task)
     agree = fp32_agreement(graph, fp32_onnx, xf, action_range)
+    rep.sections["fp32_comparison"] = {"inputs": int(len(xf)), "continuous": action_range is not None}
     if action_range is None:
         rep.add("decision_agreement_fp32", agree, "", "measured-host",
                 "argmax of the %s integer reference vs fp32 ONNX on %d eval inputs" % (graph.activation_dtype, len(xf)))

@@ -34,7 +34,8 @@ def write_readme(out, graph, prefix, chip, rep) -> None:
                    "point %d). A discrete policy takes the index of the largest; a continuous one's values are its "
                    "actions." % (tout.size, tout.dtype, P, P, tout.scale, tout.zero_point))
     text = "\n".join([
-        "# %s on the %s" % (title, chip), "",
+        "# %s on the %s" % (title, chip), ""] + ([rep.gate["banner"]] if rep.gate and not rep.gate["passed"] else []) + [
+        "Quality gate: %s." % rep.gate["line"] if rep.gate and rep.gate["passed"] else "", "",
         "Made by `grpo-edge deploy --target %s`. `report.md` has every figure and how it was obtained." % chip, "",
         "## Check the generated C on this PC", "", "```"] + host_commands(prefix) + ["```", "",
         "The app runs the model on the test vectors built into the firmware and prints "
@@ -65,8 +66,10 @@ def write_text_readme(out, prefix, chip, rep, fw) -> None:
     the answer-time estimates."""
     est = ["- %s: %.3g s (%s)" % (k, f.value, f.source) for k, f in rep.figures.items()
            if k.startswith("answer_time_") and f.how == "estimated"]
+    g = rep.gate
     text = "\n".join([
-        "# %s on the %s" % (rep.title.split(": ", 1)[-1], chip), "",
+        "# %s on the %s" % (rep.title.split(": ", 1)[-1], chip), ""] + ([g["banner"]] if g and not g["passed"] else []) + [
+        "Quality gate: %s." % g["line"] if g and g["passed"] else "", "",
         "Made by `grpo-edge deploy --target %s`: a text model's greedy decoder in plain C. `report.md` has every "
         "figure and how it was obtained." % chip, "",
         "## Check the generated C on this PC", "", "```", "cd firmware",

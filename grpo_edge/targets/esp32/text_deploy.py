@@ -19,7 +19,7 @@ from grpo_edge.report import Report, atomic_write_text
 
 DEFAULTS = {"prefix": None, "n_eval": 1000, "n_rv32": 20, "n_calib": 512, "rv32": True, "tflm": True,
             "host_opts": ("-O2",), "sanitize": None, "firmware": True, "goal_s": 0.3, "activations": None,
-            "profile": True}
+            "profile": True, "min_agreement": None, "min_retention": None}
 CODE_BYTES_ESTIMATE = 12 * 1024          # generated step + kernels at -O2 (rv32 .text measured 6-9 KB)
 STACK_ESTIMATE = 1024
 ESTIMATE_TARGETS = ("esp32s3", "esp32c3")
@@ -212,7 +212,13 @@ def deploy_text(checkpoint, profile, out_dir, options=None) -> Report:
 
 
 def _finish(out, prompts, prefix, prof, opts, rep):
-    """prompts.txt, the folder's README.md (with a firmware) and the report."""
+    """The quality gate, prompts.txt, the folder's README.md (with a firmware) and the report."""
+    from grpo_edge.targets import gate
+    threshold = gate.check_threshold("min_agreement", opts["min_agreement"] if opts["min_agreement"] is not None
+                                     else gate.MIN_AGREEMENT)
+    rep.gate = gate.decide("completion agreement", rep.figures["completions_identical_to_fp32"].value, threshold,
+                           len(prompts), "held-out prompts, greedy answers of the integer reference (the C) identical "
+                           "to the fp32 checkpoint's", [], "16x8")
     atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
     if opts["firmware"]:
         from .readme import write_text_readme

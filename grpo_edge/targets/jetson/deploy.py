@@ -23,7 +23,8 @@ from grpo_edge.report import Report, atomic_write_bytes, atomic_write_text
 from grpo_edge.targets.contract import check_options, family_profile
 
 OPTIONS = ("precision", "trt_version", "calibration", "calib_samples", "calib_method", "cache_trt_version",
-           "max_batch", "dims", "workspace_mb", "evaluate", "build")     # what `deploy --option` takes
+           "max_batch", "dims", "workspace_mb", "evaluate", "build", "min_agreement",
+           "min_retention")     # what `deploy --option` takes
 
 PRECISIONS = ("fp32", "fp16", "int8")
 
@@ -198,11 +199,12 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                          "or deploy at another --precision" % (r["engine"], r["kept_vs_fp32"], task.metric_name,
                                                                 r[task.metric_name], rows[0][task.metric_name])
                          for r in rows if not r["meets_99pct"]]
+    rep.gate = _quality_gate(plan, done, rep)
     notes = [n for g in done for n in g.notes] + _precision_notes(plan)
     if text is not None and task is not None and model is not None:      # the decode loop's golden prompts
         from grpo_edge.targets.rpi_text import write_golden_prompts
         write_golden_prompts(model, task, text, out, 32)
-    cfg = _write_config(source, graphs[0][1], [g.entry for g in done], plan, notes, out, text)
+    cfg = _write_config(source, graphs[0][1], [g.entry for g in done], plan, notes, out, text, rep.gate)
     _describe(export_info, notes, out, rep)
     if plan.options.get("build", True):
         _build_and_measure(out, cfg, rep)
@@ -259,6 +261,8 @@ def _deploy_graph(gname, path, n_graphs, plan, task, model, vocab, rng, out, rep
     ranges = _shape_ranges(io_specs(m, "input"), plan.options)
     calib = _graph_calibration(n_graphs, plan, ranges, task, model)
     evalx = calib if calib is not None else _random_inputs(ranges, 64, vocab, rng)
+    if calib is not None and plan.precision == "int8":         # the gate measures on inputs not calibrated on
+        calib, evalx = _hold_out(calib, ranges, plan)
     batch = 1 if any(r["max"][r["batch_axis"]] == 1 for r in ranges) else 32
     entry = {"name": gname, "onnx": path.name, "opset": opset_of(m), "inputs": ranges,
              "outputs": [o["name"] for o in io_specs(m, "output")],
@@ -285,12 +289,36 @@ def _graph_calibration(n_graphs, plan, ranges, task, model):
     """Calibration inputs for one graph, or None. The task's data covers single-input graphs; fp16/fp32
     fall back to random inputs when there is none."""
     n_cal = int(plan.options.get("calib_samples", 256))
+    if plan.precision == "int8":                 # and the inputs the gate holds out of them (_hold_out)
+        from grpo_edge.targets.gate import with_held_out
+        n_cal = with_held_out(n_cal)
     try:
         return _calibration(plan.options, ranges, task, model, n_cal) if n_graphs == 1 else None
     except TargetError:
         if plan.precision == "int8":
             raise
         return None
+
+
+def _hold_out(calib, ranges, plan) -> tuple:
+    """{input: array} -> (what calibrates, what is held out to measure the int8 engines on), split along
+    each input's batch axis by targets/gate.py:hold_out (a small set with --min-agreement 0: all of it both)."""
+    from grpo_edge.targets import gate
+    axes = {r["name"]: r["batch_axis"] for r in ranges}
+    n = min(v.shape[axes[k]] for k, v in calib.items())
+    keep, held = gate.hold_out(n, gate.check_threshold("min_agreement", plan.options.get(
+        "min_agreement", gate.MIN_AGREEMENT)), _calibration_name(plan.options.get("calibration")))
+    if held is None:
+        return calib, calib
+    return ({k: np.take(v, keep, axis=axes[k]) for k, v in calib.items()},
+            {k: np.take(v, held, axis=axes[k]) for k, v in calib.items()})
+
+
+def _calibration_name(c) -> str:
+    """How a one-line error names the calibration set: its file, else what it is."""
+    if isinstance(c, (str, Path)):
+        return str(c)
+    return "(the task's inputs)" if c is None else "(given as an array)"
 
 
 def _write_sample(m, evalx, feeds, ranges, path):
@@ -368,6 +396,32 @@ def _fail_on_op_problems(problems, op_rows, out, rep) -> None:
                       if len(problems) > 1 else "%s (see %s)" % (problems[0], out / "report.md"))
 
 
+def _quality_gate(plan, done, rep) -> dict:
+    """The gate (targets/gate.py) on the engine this device builds, simulated on the host: its argmax
+    agreement with fp32 (outputs with several columns) or its output agreement (every output within 1% of
+    the fp32 output's range), worst graph first, and for control tasks the return it keeps."""
+    from grpo_edge.targets import gate
+    threshold = gate.check_threshold("min_agreement", plan.options.get("min_agreement", gate.MIN_AGREEMENT))
+    min_ret = gate.check_threshold("min_retention", plan.options.get("min_retention", gate.MIN_RETENTION))
+    if plan.precision == "fp32":
+        return gate.decide("agreement with fp32", None, threshold, 0, "inputs: an fp32 engine runs the model as it "
+                           "is", chosen="fp32")
+    mine = [r for r in rep.sections.get("numerics (host simulation vs fp32 ONNX)", [])
+            if plan.precision == "fp16" or r["engine"].endswith("<- this device")]
+    values = [r.get("argmax_agreement", r.get("output_agreement")) for r in mine]
+    values = [v for v in values if v is not None]
+    key = "fp16" if plan.precision == "fp16" else ("int8-qdq" if plan.trt_major >= 10 else "int8-cache")
+    rows = rep.sections.get("task metric (host simulation)") or []
+    kept = next((r["kept_vs_fp32"] for r in rows if r["engine"] == key), None)
+    n = sum(r.get("samples", 0) for r in mine[:1])
+    value = min(values) if values else None
+    on = ("%s inputs through the simulated %s engine (onnxruntime on the host)"
+          % ("held-out calibration / task" if plan.precision == "int8" else "calibration / task", key))
+    return gate.decide("agreement", value, threshold, n, on, [{"form": "%s engine" % plan.precision, "value": value},
+                       {"form": "fp16 / fp32", "note": "not tried (--precision chooses)"}],
+                       plan.precision, kept, min_ret)
+
+
 def _precision_notes(plan) -> list:
     """What the README and the report say about the chosen precision on this device."""
     notes = []
@@ -392,7 +446,7 @@ def _text_config(state):
     return text_config(state)
 
 
-def _write_config(source, first_graph, cfg_graphs, plan, notes, out, text=None) -> dict:
+def _write_config(source, first_graph, cfg_graphs, plan, notes, out, text=None, gate=None) -> dict:
     """deploy.json and the scripts that build and run the engines on the device (a text model: its
     tokenizer and decode loop too) -> the config."""
     from grpo_edge.targets.jetson.scripts import write_scripts
@@ -405,6 +459,8 @@ def _write_config(source, first_graph, cfg_graphs, plan, notes, out, text=None) 
            "model": Path(source).name, "workspace_mb": int(plan.options.get("workspace_mb", 256)),
            "source": os.path.relpath(str(Path(source).resolve()), str(Path(out).resolve())),
            "graphs": cfg_graphs}
+    if gate is not None:
+        cfg["quality_gate"] = {k: gate[k] for k in ("passed", "line", "banner")}
     if text is not None:
         from grpo_edge import runtime
         cfg["text"] = {"arch": text["arch"], "tokenizer": "tokenizer.json", "example_prompt": text.get("example_prompt")}

@@ -76,6 +76,8 @@ def readme(cfg: dict, stamp: str, notes: List[str]) -> str:
     body = [
         "# %s on %s (%s)" % (cfg["model"], cfg["display_name"], cfg["precision"]),
         "",
+    ] + ([cfg["quality_gate"]["banner"], ""] if cfg.get("quality_gate") and not cfg["quality_gate"]["passed"] else
+         ["Quality gate: %s." % cfg["quality_gate"]["line"], ""] if cfg.get("quality_gate") else []) + [
         "_%s_" % stamp,
         "",
         "Prepared for TensorRT %s (%s)." % (cfg["trt_version"], cfg["runtime"]),

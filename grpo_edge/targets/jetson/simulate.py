@@ -45,14 +45,27 @@ def run_all(sess, feeds: List[Dict[str, np.ndarray]]) -> List[List[np.ndarray]]:
 
 
 def compare(ref: List[List[np.ndarray]], got: List[List[np.ndarray]]) -> dict:
-    """Max/mean absolute error, error relative to the reference's range, and (for outputs with a last
-    axis > 1, i.e. logits) how often the argmax agrees. Aggregated over batches and outputs."""
+    """Max/mean absolute error, error relative to the reference's range, the share of samples whose every
+    output is within 1% of that output's range (output_agreement), and (for outputs with a last axis > 1,
+    i.e. logits) how often the argmax agrees. Aggregated over batches and outputs; a sample is a row of the
+    first output, and an output whose first axis is not the batch (a key/value cache) does not judge rows."""
     max_abs, sum_abs, n, ref_max, agree, total = 0.0, 0.0, 0, 0.0, 0, 0
+    span = {}                                     # per output: the range of the reference's values
+    for r_outs in ref:
+        for i, r in enumerate(r_outs):
+            lo, hi = span.get(i, (np.inf, -np.inf))
+            span[i] = (min(lo, float(r.min())), max(hi, float(r.max()))) if r.size else (lo, hi)
+    close, samples = 0, 0
     for r_outs, g_outs in zip(ref, got):
-        for r, g in zip(r_outs, g_outs):
+        ok = None
+        for i, (r, g) in enumerate(zip(r_outs, g_outs)):
             r = r.astype(np.float64)
             g = g.astype(np.float64)
             d = np.abs(r - g)
+            if r.ndim >= 1 and r.size and len(r) == len(r_outs[0]):
+                width = max(span[i][1] - span[i][0], 1e-12)
+                row = (d.reshape(len(r), -1) <= 0.01 * width).all(-1)
+                ok = row if ok is None else ok & row
             max_abs = max(max_abs, float(d.max()) if d.size else 0.0)
             sum_abs += float(d.sum())
             n += d.size
@@ -60,8 +73,12 @@ def compare(ref: List[List[np.ndarray]], got: List[List[np.ndarray]]) -> dict:
             if r.ndim >= 2 and r.shape[-1] > 1:
                 agree += int((r.argmax(-1) == g.argmax(-1)).sum())
                 total += int(np.prod(r.shape[:-1]))
+        if ok is not None:
+            close, samples = close + int(ok.sum()), samples + len(ok)
     out = {"max_abs_err": max_abs, "mean_abs_err": sum_abs / max(n, 1),
-           "rel_err": max_abs / ref_max if ref_max > 0 else 0.0}
+           "rel_err": max_abs / ref_max if ref_max > 0 else 0.0, "samples": samples}
+    if samples:
+        out["output_agreement"] = close / samples
     if total:
         out["argmax_agreement"] = agree / total
     return out
