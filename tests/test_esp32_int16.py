@@ -86,6 +86,18 @@ def make_fc16_argmax(rng, ties):
     return _graph([x, h, y], [Op("fc16", "fc", ["x"], "h", a), Op("argmax", "argmax", ["h"], "y", {})])
 
 
+def make_requant16(rng, n=None):
+    """A relu / clip / requantize between int16 tensors: random scales (ratios either side of 1) and bounds."""
+    n = n or int(rng.integers(1, 60))
+    s_in, s_out = (float(np.float32(10 ** rng.uniform(-5, -1))) for _ in range(2))
+    m, shift = R.quantize_multiplier(s_in / s_out)
+    lo, hi = [(-32768, 32767), (0, 32767), tuple(sorted(int(v) for v in rng.integers(-32768, 32768, 2)))][
+        int(rng.integers(0, 3))]
+    x, y = _t16("x", (1, n), s_in), _t16("y", (1, n), s_out)
+    return _graph([x, y], [Op("requant16", "clip", ["x"], "y", {"function": "clip", "multiplier": m, "shift": shift,
+                                                                 "act_min": lo, "act_max": hi})])
+
+
 # scales for the exhaustive tanh: 2^-12 and 2^-11 (TFLM's input_multiplier == 0 case), 2^-10 (a power
 # of two outside it), a calibrated hidden-layer scale, a coarse one, and 8.0 (the int64 rescale path)
 EXHAUSTIVE_TANH_SCALES = {"pot12": 2.0 ** -12, "pot11": 2.0 ** -11, "pot10": 2.0 ** -10,
@@ -98,6 +110,7 @@ def _cases():
     cases += [("tanh%d" % i, make_tanh16(float(np.float32(10 ** rng.uniform(-6, 0.5))), int(rng.integers(1, 80))))
               for i in range(20)]
     cases += [("am%d" % i, make_fc16_argmax(rng, ties=i % 2 == 1)) for i in range(6)]
+    cases += [("rq%d" % i, make_requant16(rng)) for i in range(20)]
     return cases
 
 
@@ -133,6 +146,37 @@ def test_every_int16_kernel_matches_reference_bit_for_bit(tmp_path, opt):
     # the tanh outputs span the whole range and the argmax ties really occur
     tanh_all = outs[names.index("all_pot12")]
     assert tanh_all.min() == -32767 and tanh_all.max() == 32767
+
+
+def test_16x8_relu_and_clip_deploy_bit_exact_within_one_lsb_of_onnxruntime(tmp_path):
+    """A Linear -> ReLU -> Linear -> Clip(-1, 1) policy head (a continuous policy's bounded mean) in 16x8: the
+    relu and the clip are requant16 ops, every op within 1 LSB of onnxruntime, the C bit-exact on the host
+    (and rv32 where it is installed)."""
+    import torch
+    from grpo_edge.targets import deploy
+    torch.manual_seed(0)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(6, 24), torch.nn.Linear(24, 2)
+
+        def forward(self, x):
+            return torch.clamp(self.b(torch.relu(self.a(x))) * 3.0, -1.0, 1.0)
+    torch.onnx.export(Head().eval(), (torch.zeros(1, 6),), str(tmp_path / "h.onnx"), input_names=["x"],
+                      output_names=["y"], dynamo=False, opset_version=17)
+    np.save(tmp_path / "c.npy", np.random.default_rng(0).normal(size=(400, 6)).astype(np.float32) * 2)
+    rep = deploy("esp32c3", onnx=str(tmp_path / "h.onnx"), out_dir=str(tmp_path / "out"), options={
+        "calibration": str(tmp_path / "c.npy"), "activations": "int16", "callgrind": False, "tflm": False,
+        "min_agreement": 0})
+    f = rep.figures
+    kinds = [r["op"] for r in rep.sections["onnxruntime_check"]["per_op"]]
+    assert kinds.count("requant16") >= 2, kinds                 # the relu and the clip
+    assert f["activations"].value == "int16" and f["host_bit_exact"].value is True
+    assert f["ort_max_lsb_per_op"].value <= 1
+    if rv32.available():
+        assert f["rv32_bit_exact"].value is True
+    assert f["decision_agreement_fp32"].value >= 0.99
 
 
 def test_argmax_ties_pick_the_first_index():

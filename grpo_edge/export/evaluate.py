@@ -68,6 +68,16 @@ def task_metric(task, policy, n: int = 0) -> float:
     return float(res[task.metric_name])
 
 
+def task_metric_stats(task, policy) -> dict:
+    """The task's metric of `policy` (greedy, evaluation split) with its spread when the task reports one:
+    {"mean", "std" (per episode, or None), "n" (episodes, or None)}."""
+    with torch.no_grad():
+        res = task.evaluate(policy)
+    std = res.get(task.metric_name + "_std")
+    return {"mean": float(res[task.metric_name]), "std": None if std is None else float(std),
+            "n": int(res["n"]) if res.get("n") else None}
+
+
 def median_latency(fn, example, runs: int = 500, warmup: int = 50) -> float:
     """Median seconds per call of fn(example), after warm-up (in this process, single sample)."""
     for _ in range(warmup):

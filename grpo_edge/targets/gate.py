@@ -19,6 +19,7 @@ from grpo_edge.errors import GrpoEdgeError, TargetError
 
 MIN_AGREEMENT = 0.99
 MIN_RETENTION = 0.99
+NOISE_Z = 2                 # a return shortfall within 2 standard errors of the mean difference is noise
 MIN_HELD_OUT = 100          # fewer held-out inputs cannot tell 0.99 from 1.0 (one flip is 1%)
 FLAGS = {"agreement": "--min-agreement", "retention": "--min-retention"}
 
@@ -78,18 +79,34 @@ def return_retention(metric: float, fp32: float, higher_is_better: bool = True) 
     return max(0.0, 1.0 - short / abs(fp32)) if fp32 != 0 else 0.0
 
 
+def retention_noise(fp32, integer, z: float = NOISE_Z):
+    """What the return retention cannot resolve: z standard errors of the difference of two mean returns
+    ({"mean", "std", "n"} each, per-episode std), relative to |fp32 mean|; None without a spread."""
+    import math
+    if not fp32 or not integer or fp32.get("std") is None or integer.get("std") is None or not fp32.get("n"):
+        return None
+    if fp32["mean"] == 0:
+        return None
+    se = math.sqrt(fp32["std"] ** 2 / fp32["n"] + integer["std"] ** 2 / max(integer["n"] or fp32["n"], 1))
+    return z * se / abs(fp32["mean"])
+
+
 def decide(figure: str, value, threshold: float, n: int, on: str, tried=None, chosen: str = "",
-           retention=None, min_retention: float = MIN_RETENTION) -> dict:
+           retention=None, min_retention: float = MIN_RETENTION, noise=None) -> dict:
     """The gate of one deploy, as data: the figure, its threshold, what it was measured on, the forms tried,
-    passed or not, and the one line that says so."""
+    passed or not, and the one line that says so. noise (retention_noise): a return shortfall within it is
+    the episodes' spread, not a loss; the retention threshold is then min_retention less the noise."""
     fails = []
     if value is not None and value < threshold:
         fails.append(("agreement", "%s %.4f < %g" % (figure, value, threshold)))
-    if retention is not None and retention < min_retention:
-        fails.append(("retention", "return retention %.4f < %g" % (retention, min_retention)))
+    floor = min_retention if noise is None else min(min_retention, 1.0 - noise)
+    if retention is not None and retention < floor:
+        fails.append(("retention", "return retention %.4f < %.4g" % (retention, floor)
+                      + (" (%g less %d standard errors of the episodes' returns)" % (min_retention, NOISE_Z)
+                         if floor < min_retention else "")))
     g = {"figure": figure, "value": value, "threshold": threshold, "n": n, "measured_on": on,
          "chosen": chosen, "tried": list(tried or []), "retention": retention,
-         "min_retention": min_retention if retention is not None else None,
+         "min_retention": min_retention if retention is not None else None, "retention_noise": noise,
          "passed": not fails, "flags": [FLAGS[k] for k, _ in fails]}
     g["line"] = _line(g, [t for _, t in fails])
     g["banner"] = banner(g)
@@ -100,6 +117,8 @@ def _line(g, fails) -> str:
     what = "%s %s" % (g["figure"], "%.4f" % g["value"] if g["value"] is not None else "not measured")
     if g["retention"] is not None:
         what += ", return retention %.4f" % g["retention"]
+        if g.get("retention_noise") is not None:
+            what += " (+-%.4f: %d standard errors of the episodes' returns)" % (g["retention_noise"], NOISE_Z)
     on = "on %d %s" % (g["n"], g["measured_on"]) if g["n"] else "on no " + g["measured_on"]
     if g["value"] is None and not fails:
         return "not measured (%s)" % on

@@ -160,9 +160,11 @@ def quality_gate(rep, settings: dict, dtype: str) -> dict:
              {"form": forms.get(c["activations"], c["activations"]),
               "value": c.get("agreement_eval", c.get("agreement_calibration"))} for c in q.get("candidates", [])]
     continuous = "action_error_max_relative" in rep.figures
-    retention = None
+    retention = noise = None
     if continuous and "task_metric_fp32" in rep.figures:
+        m = rep.sections.get("task_metric") or {}
         retention = gate.return_retention(rep.figures["task_metric_integer"].value, rep.figures["task_metric_fp32"].value)
+        noise = gate.retention_noise(m.get("fp32"), m.get("integer"))
     n = (rep.sections.get("fp32_comparison") or {}).get("inputs", 0)
     on = settings.get("on", "evaluation inputs")
     if f is None:
@@ -170,7 +172,7 @@ def quality_gate(rep, settings: dict, dtype: str) -> dict:
                            "model to compare it with", tried, forms.get(dtype, dtype))
     figure = "action agreement" if continuous else "decision agreement"
     return gate.decide(figure, f.value, settings.get("min_agreement", gate.MIN_AGREEMENT), n, on, tried,
-                       forms.get(dtype, dtype), retention, settings.get("min_retention", gate.MIN_RETENTION))
+                       forms.get(dtype, dtype), retention, settings.get("min_retention", gate.MIN_RETENTION), noise)
 
 
 def _check_source(source) -> Path:
@@ -279,9 +281,12 @@ def _fp32_check(graph, xf, fp32_onnx, task, rep) -> None:
     if task is not None:
         m = task_metrics(graph, task, fp32_onnx)
         name = getattr(task, "metric_name", "metric")
-        rep.add("task_metric_fp32", m["fp32"], name, "measured-host", "fp32 ONNX as the policy, task evaluation")
-        rep.add("task_metric_integer", m["integer"], name, "measured-host",
-                "the %s integer reference (the C's arithmetic) as the policy, same evaluation" % graph.activation_dtype)
+        rep.add("task_metric_fp32", m["fp32"]["mean"], name, "measured-host", "fp32 ONNX as the policy, task "
+                "evaluation%s" % _spread(m["fp32"]))
+        rep.add("task_metric_integer", m["integer"]["mean"], name, "measured-host",
+                "the %s integer reference (the C's arithmetic) as the policy, same evaluation%s"
+                % (graph.activation_dtype, _spread(m["integer"])))
+        rep.sections["task_metric"] = m
     for c in (rep.sections.get("quantization") or {}).get("candidates", []):
         if "error" not in c and Path(c["path"]).is_file():    # what each candidate does on the same states
             c["agreement_eval"] = fp32_agreement(parse.parse(c["path"]), fp32_onnx, xf, action_range)
@@ -385,10 +390,14 @@ def _integer_and_fp32(graph, fp32_onnx, xf):
     return yq.reshape(len(xf), -1), yf
 
 
+def _spread(m) -> str:
+    return "" if m["std"] is None else " (%d episodes, std %.4g per episode)" % (m["n"], m["std"])
+
+
 def task_metrics(graph, task, fp32_onnx) -> dict:
     """The task's own metric (e.g. CartPole return) with the fp32 model and with the integer reference
     driving the task: decisions that differ only where the policy is indifferent cost nothing here."""
-    from grpo_edge.export.evaluate import ArrayPolicy, onnx_policy, task_metric
+    from grpo_edge.export.evaluate import ArrayPolicy, onnx_policy, task_metric_stats
     from . import reference as R
     tin, tout = graph.tensors[graph.input], graph.tensors[graph.output]
     shape = tuple(tin.shape[1:])
@@ -396,8 +405,8 @@ def task_metrics(graph, task, fp32_onnx) -> dict:
     def integer(x):
         q = R.quantize(x.reshape((-1,) + shape), tin.scale, tin.zero_point, tin.dtype)
         return R.dequantize(R.run(graph, q), tout.scale, tout.zero_point).reshape(len(x), -1)
-    return {"fp32": task_metric(task, onnx_policy(fp32_onnx, reference=True)),
-            "integer": task_metric(task, ArrayPolicy(integer, name="integer reference"))}
+    return {"fp32": task_metric_stats(task, onnx_policy(fp32_onnx, reference=True)),
+            "integer": task_metric_stats(task, ArrayPolicy(integer, name="integer reference"))}
 
 
 def tflm_baseline(graph, gen, x_q, opts, out) -> dict:

@@ -1,5 +1,6 @@
 """The 16x8 mode (int16 activations, int8 weights): Prepare-time parameters and the NumPy reference of
-the ops that have an int16 form here (fully connected, tanh; reshape and argmax are type-agnostic).
+the ops that have an int16 form here (fully connected, tanh, relu / clip / requantize; reshape and argmax
+are type-agnostic).
 
 Why: a CartPole policy spends its time balancing, where its two logits are nearly tied; with int8
 activations the 4 state features share one input scale (cart position dominates it, the pole angle
@@ -14,6 +15,8 @@ bit for bit:
 - TANH int16 (TFLM tanh.cc Prepare, reference/integer_ops/tanh.h): input and output zero point 0,
   output scale 2^-15; the input is rescaled so 1 LSB = 1/(3*4096) and tanh(y) = 2 sigmoid(2y) - 1 is
   read from a 256-entry sigmoid table with linear interpolation.
+- RELU / CLIP / requantize int16 (requant16): out = clamp(MultiplyByQuantizedMultiplier(x, s_in / s_out)),
+  TFLite's Requantize rule, the bounds quantized on the output grid with rounding half away from zero.
 - ARG_MAX over int16 (ours; TFLM's ARG_MAX takes float32/int8 only): first index of the maximum.
 
 The table below holds TFLite's sigmoid_table_uint16 values (tensorflow/lite/kernels/internal/common.h,
@@ -115,11 +118,32 @@ def to_16x8(g) -> None:
                                   % (op.name, y.scale, y.zero_point))
             op.kind = "tanh16"
             op.attrs = tanh_params(x.scale)
+        elif op.kind == "lut" and (op.attrs.get("function") in ("relu", "clip", "requantize")
+                                   or (op.attrs.get("function") == "scale" and op.attrs["k"] > 0)):
+            _requant16(g, op)
         elif not OPS[op.kind].int16:
             what = op.attrs.get("function", op.kind) if op.kind == "lut" else op.kind
             raise ExportError("op %s at node %r has no int16 (16x8) kernel here; with int16 activations the generator "
-                              "supports fully connected, tanh, reshape/flatten and argmax (use int8 activations for "
-                              "this model)" % (what, op.name))
+                              "supports fully connected, tanh, relu, clip, requantize, a positive constant scale, "
+                              "reshape/flatten and argmax (use "
+                              "int8 activations for this model)" % (what, op.name))
+
+
+def _requant16(g, op):
+    """A relu, clip, requantize or positive constant scale (Mul / Div) between int16 tensors (zero points 0):
+    the rescale k s_in / s_out as a quantized multiplier and the bounds on the output's int16 grid
+    (CalculateActivationRangeQuantized)."""
+    x, y = g.tensors[op.inputs[0]], g.tensors[op.output]
+    k = float(op.attrs["k"]) if op.attrs["function"] == "scale" else 1.0
+    m, shift = R.quantize_multiplier(k * float(x.scale) / float(y.scale))
+    lo, hi = op.attrs.get("bounds", (None, None))
+
+    def q(f):
+        return R.round_half_away(float(np.float32(f) / np.float32(y.scale)))
+    op.kind = "requant16"
+    op.attrs = {"function": op.attrs["function"], "multiplier": m, "shift": shift,
+                "act_min": y.qmin if lo is None else max(y.qmin, q(lo)),
+                "act_max": y.qmax if hi is None else min(y.qmax, q(hi))}
 
 
 def _fc16(g, op):

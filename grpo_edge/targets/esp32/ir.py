@@ -26,6 +26,8 @@ every activation tensor is int16 with zero point 0 (the argmax output stays int8
             (TFLM: an int32 bias selects its int32 accumulator)
   tanh16    input_multiplier, input_left_shift: TFLM's int16 tanh (sigmoid table + interpolation);
   sigmoid16 output scale 1/32768, zero point 0
+  requant16 function (relu | clip | requantize), multiplier/shift (s_in / s_out), act_min/act_max: a relu,
+            clip or requantize between int16 tensors, clamp(MBQM(x)) (TFLite's Requantize rule)
 """
 import hashlib
 from dataclasses import dataclass, field

@@ -418,7 +418,7 @@ def _quality_gate(plan, done, rep) -> dict:
     on = ("%s inputs through the simulated %s engine (onnxruntime on the host)"
           % ("held-out calibration / task" if plan.precision == "int8" else "calibration / task", key))
     return gate.decide("agreement", value, threshold, n, on, [{"form": "%s engine" % plan.precision, "value": value},
-                       {"form": "fp16 / fp32", "note": "not tried (--precision chooses)"}],
+                       {"form": " / ".join(p for p in PRECISIONS if p != plan.precision), "note": "not tried (--precision chooses)"}],
                        plan.precision, kept, min_ret)
 
 

@@ -60,6 +60,23 @@ GX_INLINE void gx_tanh16(const gx_tanh16_t *p, const int16_t *restrict in, int16
     }
 }
 
+/* ------------------------------------------------------------------ relu / clip / requantize, int16 */
+
+typedef struct {
+    int n;
+    int32_t mult;               /* s_in / s_out as a quantized multiplier (zero points 0) */
+    int shift;
+    int32_t act_min, act_max;   /* the clip's bounds on the output grid (or the int16 range) */
+} gx_requant16_t;
+
+/* out[k] = clamp(mbqm(in[k])): TFLite's Requantize, then the bounds. out may be in. */
+GX_INLINE void gx_requant16(const gx_requant16_t *p, const int16_t *in, int16_t *out)
+{
+    int k;
+    for (k = 0; k < p->n; ++k)
+        out[k] = (int16_t)gx_clamp(gx_mbqm(in[k], p->mult, p->shift), p->act_min, p->act_max);
+}
+
 /* ------------------------------------------------------------------ argmax over int16 */
 
 /* First index of the maximum of n int16 values, stored as int8. */

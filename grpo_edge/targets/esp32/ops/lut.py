@@ -1,6 +1,7 @@
 """Elementwise functions as tables: int8 lut (tanh, sigmoid, hardswish, gelu (erf and tanh forms),
 hardsigmoid, leakyrelu (and PRelu of one slope), elu, celu, selu, softplus, softsign, relu, clip, requantize
-as 256 entries) and the 16x8 tanh (TFLM's int16 rule).
+as 256 entries), the 16x8 tanh (TFLM's int16 rule) and the 16x8 relu / clip / requantize (requant16: a
+rescale and a clamp; a table of 65536 entries would not fit).
 
 ONNX rules (Relu, Clip, Tanh, Sigmoid, HardSwish, Gelu / FastGelu (com.microsoft, made by
 export/onnx_fuse.py from torch's decomposed GELU; or ONNX Gelu), HardSigmoid, LeakyRelu, PRelu, Elu, Celu,
@@ -157,6 +158,27 @@ def tflm16(b, i, op):
     b.op(b.tfl.BuiltinOperator.TANH, [b.act(op.inputs[0])], [b.act(op.output)])
 
 
+def reference_requant16(x, p):
+    """int16 -> int16, zero points 0: clamp(MBQM(x, s_in / s_out), act_min, act_max) (TFLite's Requantize,
+    then the bounds of a clip or relu as CalculateActivationRangeQuantized gives them on the int16 grid)."""
+    return R.clamp16(R.mbqm(i64(x), p["multiplier"], p["shift"]), p["act_min"], p["act_max"])
+
+
+def emit_requant16(em, i, op, name):
+    a = op.attrs
+    em.data.append(c_struct("gx_requant16_t", name, [
+        ("n", em.g.tensors[op.output].size), ("mult", a["multiplier"]), ("shift", a["shift"]),
+        ("act_min", a["act_min"]), ("act_max", a["act_max"])]))
+    return "gx_requant16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm_requant16(b, i, op):
+    """QUANTIZE int16 -> int16 (a requantize). A clip or relu at int16 is not mapped to TFLM here."""
+    if op.attrs["function"] != "requantize":
+        raise TargetError("the TFLM baseline does not map an int16 %s (node %r) here" % (op.attrs["function"], op.name))
+    b.op(b.tfl.BuiltinOperator.QUANTIZE, [b.act(op.inputs[0])], [b.act(op.output)])
+
+
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
 def _elementwise(p, node, function, lo=None, hi=None, params=None):
@@ -184,8 +206,11 @@ def from_quantize_linear(p, node):
     p.tensors[name] = TensorInfo(name, t.shape, scale, zp)
     if scale == t.scale and zp == t.zero_point:
         p.ops.append(Op("reshape", node.name or name, [t.name], name, {}))
+    elif p.qtype.get(name) == "int16" and p.qtype.get(t.name, "int16") == "int16":   # int16_ref: requant16
+        p.ops.append(Op("lut", node.name or name, [t.name], name, {"table": None, "function": "requantize"}))
     elif p.qtype.get(name) == "int16" or p.qtype.get(t.name) == "int16":
-        raise ExportError("QuantizeLinear node %r: requantizing an int16 tensor is not supported" % (node.name or name))
+        raise ExportError("QuantizeLinear node %r: requantizing between int8 and int16 is not supported"
+                          % (node.name or name))
     else:
         table = requant_table(t, p.tensors[name], -128, 127)
         p.ops.append(Op("lut", node.name or name, [t.name], name, {"table": table, "function": "requantize"}))
@@ -308,7 +333,9 @@ def from_softsign(p, node):
 
 
 SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs, in_place=True),
-         OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True)]
+         OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True),
+         OpSpec("requant16", reference_requant16, emit_requant16, tflm_requant16, elementwise_macs, int16=True,
+                in_place=True)]
 
 ONNX = {"QuantizeLinear": from_quantize_linear, "Relu": from_relu, "Clip": from_clip, "Tanh": from_tanh, "Sigmoid": from_sigmoid,
         "HardSwish": from_hard_swish, "Gelu": from_gelu, "FastGelu": from_fast_gelu, "HardSigmoid": from_hard_sigmoid,
