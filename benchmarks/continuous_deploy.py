@@ -68,16 +68,18 @@ def deploy_one(ckpt: Path, target: str, out: Path) -> dict:
 
 
 def table(rows) -> str:
-    head = ("| env | target | form | action agreement | max action error | return fp32 | return integer | "
-            "retention (+- noise) | host / rv32 bit-exact | gate |")
-    lines = [head, "|" + "---|" * 10]
+    head = ("| env | target | int8 agreement | form chosen | its action agreement | max action error | return fp32 | "
+            "return integer | retention (+- noise) | host / rv32 bit-exact | gate |")
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         if "skipped" in r:
             lines.append("| %s | - | skipped: %s |" % (r["env"], r["skipped"]))
             continue
         noise = "" if r["retention_noise"] is None else " (+-%.3f)" % r["retention_noise"]
-        lines.append("| %s | %s | %s | %.4f | %.4f | %.1f | %.1f | %.4f%s | %s / %s | %s |" % (
-            r["env"], r["target"], r["form"], r["agreement"], r["action_error_max"], r["return_fp32"],
+        int8 = next((t.get("value") for t in r["tried"] if t["form"] == "int8"), None)
+        lines.append("| %s | %s | %s | %s | %.4f | %.4f | %.1f | %.1f | %.4f%s | %s / %s | %s |" % (
+            r["env"], r["target"], "-" if int8 is None else "%.3f" % int8, "16x8" if r["form"] == "int16" else r["form"],
+            r["agreement"], r["action_error_max"], r["return_fp32"],
             r["return_integer"], r["retention"], noise, r["host_bit_exact"], r["rv32_bit_exact"],
             "passed" if r["gate_passed"] else "exit %d" % r["exit_code"]))
     return "\n".join(lines)
@@ -88,7 +90,11 @@ def main(argv=None):
     ap.add_argument("--envs", default=",".join(ENVS))
     ap.add_argument("--work", default="/tmp/continuous_deploy")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "continuous_deploy.json"))
+    ap.add_argument("--table", action="store_true", help="print the table of --json and stop")
     a = ap.parse_args(argv)
+    if a.table:
+        print(table(json.loads(Path(a.json).read_text())["rows"]))
+        return
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = []

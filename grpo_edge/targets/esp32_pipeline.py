@@ -59,19 +59,20 @@ def prepare_int8(source: Path, out_dir: Path, options: dict, from_checkpoint: bo
     data = load_calibration(calib)
     check_calibration(data, calib)
     from grpo_edge.core.distributions import action_range
-    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
-                                 action_range(model))
-    options.setdefault("fp32_onnx", str(fp32))
-    options.setdefault("source", str(source))
-    from grpo_edge.tasks import task_slug
-    options.setdefault("prefix", task_slug(state))
-    options.setdefault("quantization", choice)
     if options.get("eval_inputs") is None and task is None:      # the calibration inputs (no task to sample)
         options["eval_inputs"] = np.asarray(_single_input(data), dtype=np.float32)
         options["gate"]["on"] = "calibration inputs (the checkpoint has no task to draw held-out states from)"
     if options.get("eval_inputs") is None:
         options["eval_inputs"] = np.asarray(task_inputs(task, 1000, policy=model), dtype=np.float32)
         options["gate"]["on"] = "held-out task states (seed %d, not the calibration episodes)" % EVAL_SEED
+    held_out = options["eval_inputs"] if task is not None else None
+    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
+                                 action_range(model), judge=held_out)
+    options.setdefault("fp32_onnx", str(fp32))
+    options.setdefault("source", str(source))
+    from grpo_edge.tasks import task_slug
+    options.setdefault("prefix", task_slug(state))
+    options.setdefault("quantization", choice)
     if options.get("task") is None and getattr(task, "kind", None) == "control":
         options["task"] = task            # closed-loop score of the integer model (control tasks: fast)
     return Path(choice["chosen_path"]), options
@@ -113,7 +114,8 @@ def _prepare_onnx(source, out_dir, options, calib, activations, rounding, method
     calib, data, held_out = split_held_out(data, calib, out_dir, min_agreement)
     # an ONNX file does not say its action bounds: decisions compare by argmax (several output columns), or
     # every output within 1% of its range (one column: export/evaluate.py:agreement)
-    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement)
+    choice = choose_quantization(fp32, calib, data, out_dir, activations, rounding, method, min_agreement,
+                                 judge=held_out)
     options.setdefault("fp32_onnx", str(fp32))
     options.setdefault("source", str(source))
     options.setdefault("prefix", default_prefix(source))
@@ -162,11 +164,12 @@ def check_compilable(fp32) -> None:
 
 
 def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding=None, method="minmax",
-                        min_agreement=MIN_AGREEMENT, action_range=None) -> dict:
-    """Quantize `fp32` as asked (or int8, then 16x8 when int8 agrees on < min_agreement of the calibration
-    decisions), after fusing its decomposed activations (export/onnx_fuse.py; model.fused.onnx when any).
-    Returns {chosen, chosen_path, candidates: [{activations, weight_rounding, path, agreement_calibration |
-    error}], rule, fusions}."""
+                        min_agreement=MIN_AGREEMENT, action_range=None, judge=None) -> dict:
+    """Quantize `fp32` as asked (or int8, then 16x8 when int8 agrees on < min_agreement of the decisions),
+    after fusing its decomposed activations (export/onnx_fuse.py; model.fused.onnx when any). The decisions
+    are judged on `judge` (inputs held out of calibration: the quality gate's) when given, else on the
+    calibration inputs. Returns {chosen, chosen_path, candidates: [{activations, weight_rounding, path,
+    agreement_calibration, agreement_held_out | error}], rule, fusions}."""
     from grpo_edge.export.onnx2int8 import onnx2int8
     from grpo_edge.export.onnx_fuse import fuse_onnx
     fused = Path(out_dir) / "model.fused.onnx"
@@ -186,12 +189,14 @@ def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding
         try:
             onnx2int8(src, calib, path, method=method, activations=acts, weight_rounding=wr)
             cand["agreement_calibration"] = decision_agreement(path, fp32, x, action_range) if x is not None else None
+            if judge is not None:
+                cand["agreement_held_out"] = decision_agreement(path, fp32, judge, action_range)
         except (ExportError, TargetError) as e:
             if activations != "auto":
                 raise
             cand["error"] = str(e)
         cands.append(cand)
-        agree = cand.get("agreement_calibration")
+        agree = _judged(cand)
         if activations == "auto" and (agree is None or agree >= min_agreement):
             break                        # int8 is good enough (or not measurable): no 16x8 needed
     ok = [c for c in cands if "error" not in c]
@@ -199,13 +204,19 @@ def choose_quantization(fp32, calib, data, out_dir, activations="auto", rounding
         raise TargetError("quantization failed: %s" % "; ".join(c["error"] for c in cands))
     best = ok[0]
     for c in ok[1:]:                     # a wider form must earn its place by agreeing more
-        if (c.get("agreement_calibration") or 0) > (best.get("agreement_calibration") or 0):
+        if (_judged(c) or 0) > (_judged(best) or 0):
             best = c
     rule = ("asked for %s" % activations if activations != "auto" else
             "int8 first; 16x8 (int16 activations, GPTQ-rounded int8 weights) when int8 decisions agree with "
-            "fp32 on < %.3g of the calibration states, kept if it agrees more" % min_agreement)
+            "fp32 on < %.3g of the %s, kept if it agrees more" % (min_agreement, "held-out inputs" if judge is
+                                                                  not None else "calibration states"))
     return {"chosen": best["activations"], "chosen_path": best["path"], "candidates": cands, "rule": rule,
             "fusions": fusions}
+
+
+def _judged(cand):
+    """The agreement a candidate is chosen by: on the held-out inputs when measured there."""
+    return cand.get("agreement_held_out", cand.get("agreement_calibration"))
 
 
 def decision_agreement(qdq_path, fp32_path, x, action_range=None) -> float:

@@ -148,6 +148,13 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     return rep
 
 
+def _agreements(cand) -> str:
+    if "error" in cand:
+        return cand["error"]
+    return " / ".join("%.3f" % cand[k] if cand.get(k) is not None else "n/a"
+                      for k in ("agreement_calibration", "agreement_held_out"))
+
+
 def quality_gate(rep, settings: dict, dtype: str) -> dict:
     """The deploy's gate (targets/gate.py) from its figures: the integer reference's agreement with fp32 on
     the evaluation inputs, each quantization form tried, and for a continuous policy with its task the
@@ -198,10 +205,9 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
         q = quantization
         rep.sections["quantization"] = {k: v for k, v in q.items() if k != "chosen_path"}
         rep.notes.append("Quantization chosen by measurement: %s. Candidates (decision agreement with fp32 on the "
-                         "calibration states): %s." % (q.get("rule", ""), ", ".join(
-                             "%s/%s %s" % (c["activations"], c["weight_rounding"],
-                                           "%.3f" % c["agreement_calibration"] if c.get("agreement_calibration") is not None
-                                           else c.get("error", "n/a")) for c in q.get("candidates", []))))
+                         "calibration states / held out of them): %s." % (q.get("rule", ""), ", ".join(
+                             "%s/%s %s" % (c["activations"], c["weight_rounding"], _agreements(c))
+                             for c in q.get("candidates", []))))
         fused = [f for f in q.get("fusions") or [] if f["op"] != "constant" and not f.get("layout")]
         moved = [f for f in q.get("fusions") or [] if f.get("layout")]
         if moved:
