@@ -12,7 +12,7 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install -q torch==2.13.0
 fi
-EXTRAS=${GRPO_EDGE_EXTRAS:-tasks,export,esp32,tflite,dev}
+EXTRAS=${GRPO_EDGE_EXTRAS:-tasks,robots,export,esp32,tflite,dev}
 .venv/bin/pip install -q -e ".[${EXTRAS}]"
 # System tools for the ESP32 simulation (rv32 cross compiler) and instruction counting (valgrind).
 if [ "${GRPO_EDGE_SKIP_APT:-0}" != "1" ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
