@@ -18,7 +18,7 @@ import session_cache
 from grpo_edge.errors import ExportError
 from grpo_edge.targets.esp32 import codegen, firmware, parse, rv32, samples, simulate
 from grpo_edge.targets.esp32 import reference as R
-from grpo_edge.targets.esp32.int16_ref import TANH_OUTPUT_SCALE, tanh_params, to_16x8
+from grpo_edge.targets.esp32.int16_ref import TANH_OUTPUT_SCALE, sigmoid_params, tanh_params, to_16x8
 from grpo_edge.targets.esp32.ir import Graph, Op, TensorInfo
 from test_esp32_kernels import build_level
 
@@ -71,6 +71,11 @@ def make_tanh16(scale, n):
     return _graph([x, y], [Op("tanh16", "tanh", ["x"], "y", tanh_params(x.scale))])
 
 
+def make_sigmoid16(scale, n):
+    x, y = _t16("x", (1, n), scale), _t16("y", (1, n), TANH_OUTPUT_SCALE)
+    return _graph([x, y], [Op("sigmoid16", "sigmoid", ["x"], "y", sigmoid_params(x.scale))])
+
+
 def make_fc16_argmax(rng, ties):
     """fc16 -> argmax (int16 logits, int8 index); with ties: repeated weight rows give equal logits."""
     n_in, n_out = int(rng.integers(2, 20)), int(rng.integers(2, 12))
@@ -111,6 +116,8 @@ def _cases():
               for i in range(20)]
     cases += [("am%d" % i, make_fc16_argmax(rng, ties=i % 2 == 1)) for i in range(6)]
     cases += [("rq%d" % i, make_requant16(rng)) for i in range(20)]
+    cases += [("sig%d" % i, make_sigmoid16(float(np.float32(10 ** rng.uniform(-6, 0.5))), int(rng.integers(1, 80))))
+              for i in range(10)]
     return cases
 
 
@@ -132,10 +139,11 @@ def test_every_int16_kernel_matches_reference_bit_for_bit(tmp_path, opt):
     rng = np.random.default_rng(SEED + 1)
     every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, -1)
     cases = _cases() + [("all_" + n, make_tanh16(s, every.size)) for n, s in EXHAUSTIVE_TANH_SCALES.items()]
+    cases += [("allsig_" + n, make_sigmoid16(s, every.size)) for n, s in EXHAUSTIVE_TANH_SCALES.items()]
     names = [n for n, _ in cases]
     graphs = [g for _, g in cases]
     gens = [codegen.generate(g, "k16_" + n) for n, g in cases]
-    inputs = [every if n.startswith("all_") else _int16(rng, (24,) + g.tensors[g.input].shape[1:]) for n, g in cases]
+    inputs = [every if n.startswith(("all_", "allsig_")) else _int16(rng, (24,) + g.tensors[g.input].shape[1:]) for n, g in cases]
     refs = [R.run(g, x).reshape(len(x), -1) for g, x in zip(graphs, inputs)]
     exe = simulate.build_host(gens, tmp_path, opt, extra=extra)
     outs = simulate.run_host(exe, gens, inputs)
@@ -146,6 +154,10 @@ def test_every_int16_kernel_matches_reference_bit_for_bit(tmp_path, opt):
     # the tanh outputs span the whole range and the argmax ties really occur
     tanh_all = outs[names.index("all_pot12")]
     assert tanh_all.min() == -32767 and tanh_all.max() == 32767
+    sig_all = outs[names.index("allsig_pot12")]              # inputs +-8: sigmoid(+-8) * 2^15 = 32757, 11
+    assert (sig_all.min(), sig_all.max()) == (11, 32757)
+    sig_wide = outs[names.index("allsig_wide")]              # saturated both ways
+    assert (sig_wide.min(), sig_wide.max()) == (1, 32767)
 
 
 def test_16x8_relu_and_clip_deploy_bit_exact_within_one_lsb_of_onnxruntime(tmp_path):

@@ -68,6 +68,31 @@ def test_16x8_mlp_tflm_bit_exact_and_arena(mlp16, tmp_path):
     assert np.array_equal(y8, R.run(g, x8.astype(np.int16)).reshape(20, -1))
 
 
+def test_16x8_sigmoid_mlp_tflm_bit_exact(tmp_path):
+    """A sigmoid MLP in 16x8: LOGISTIC int16 in TFLM equals our sigmoid16 reference on random and calibration
+    inputs (the same sigmoid table as tanh, read at another step)."""
+    need(tflm.available(), "pip install tflite-micro")
+    import torch
+    from grpo_edge.export.onnx2int8 import onnx2int8
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Sigmoid(), torch.nn.Linear(32, 16), torch.nn.Sigmoid(),
+                            torch.nn.Linear(16, 3)).eval()
+    torch.onnx.export(m, (torch.zeros(1, 4),), str(tmp_path / "m.onnx"), input_names=["x"], output_names=["y"],
+                      dynamo=False, opset_version=17)
+    cal = (np.random.default_rng(0).standard_normal((256, 4)) * 2).astype(np.float32)
+    g = parse.parse(onnx2int8(tmp_path / "m.onnx", cal, tmp_path / "m16.onnx", activations="int16")["path"])
+    assert [op.kind for op in g.ops] == ["fc16", "sigmoid16", "fc16", "sigmoid16", "fc16"]
+    buf, notes = tflm.to_tflite(g)
+    mp = tmp_path / "m.tflite"
+    mp.write_bytes(buf)
+    ar = tflm.find_arena(mp, tmp_path)
+    x = _inputs(g, cal)
+    y = tflm.run(mp, tflm.to_tflm_input(g, x), tmp_path, ar["arena_bytes"]).reshape(len(x), -1)
+    ref = R.run(g, x).reshape(len(x), -1)
+    assert np.array_equal(y, ref), "max diff %d LSB" % np.abs(y.astype(np.int64) - ref).max()
+    assert len(np.unique(ref[:, 0])) > 100
+
+
 def test_16x8_graph_ending_in_argmax_has_no_tflm_baseline(mlp16):
     need(tflm.available(), "pip install tflite-micro")
     g, _ = mlp16

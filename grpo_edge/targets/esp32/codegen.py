@@ -172,7 +172,7 @@ def generate(graph, prefix: str) -> Generated:
             if plan.arena_bytes else "/* no arena: every op reads in and writes out */\n"),
            '#include "%s"\n' % ("gx_kernels16.h" if graph.activation_dtype == "int16" else "gx_kernels.h"),
            MARK]
-    if any(op.kind == "tanh16" for op in graph.ops):
+    if any(op.kind in ("tanh16", "sigmoid16") for op in graph.ops):
         src.append("/* TFLite's sigmoid_table_uint16: sigmoid(i / 24) in 0.16 fixed point, tuned for interpolation. */\n"
                    + c_array("uint16_t", "%s_sigmoid16" % prefix, SIGMOID_TABLE_UINT16))
     src += e.data

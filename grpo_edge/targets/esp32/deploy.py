@@ -220,7 +220,7 @@ def _describe_model(graph, gen, fit, quantization, rep) -> None:
     rep.sections["model"] = graph.summary()
     rep.sections["fit_check"] = fit
     rep.add("arena_bytes", gen.plan.arena_bytes, "B", "exact", "buffer-lifetime planner (no reuse: %d B)" % gen.plan.naive_bytes)
-    table = 512 if any(op.kind == "tanh16" for op in graph.ops) else 0     # uint16 sigmoid table, once
+    table = 512 if any(op.kind in ("tanh16", "sigmoid16") for op in graph.ops) else 0     # uint16 sigmoid table, once
     rep.add("weights_bytes", graph.weight_bytes() + table, "B", "exact", "int8 weights + int32 bias/multipliers + shifts"
             + (" + the 512-byte int16 tanh table" if table else ""))
     macs = sum(op.macs(graph.tensors) for op in graph.ops if op.kind in ("fc", "fc16", "conv"))

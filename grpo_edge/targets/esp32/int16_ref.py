@@ -73,6 +73,37 @@ def tanh_params(in_scale: float) -> dict:
     return {"input_multiplier": int(mult), "input_left_shift": shift}
 
 
+def sigmoid_params(in_scale: float) -> dict:
+    """TFLM logistic int16 Prepare: like tanh's, but the power-of-two shortcut only when the shift is 0."""
+    log2r, pot = checked_log2(in_scale)
+    shift = 12 + log2r
+    if pot and shift == 0:
+        return {"input_multiplier": 0, "input_left_shift": 0}
+    mult, shift = float(np.float32(in_scale)) * 4096.0 * 3.0, 0
+    while mult <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        mult *= 2.0
+    return {"input_multiplier": int(mult), "input_left_shift": shift}
+
+
+def sigmoid_int16(x, p):
+    """x int16 (zero point 0) -> sigmoid int16 at scale 2^-15 (TFLM reference/integer_ops/logistic.h): the
+    same table, read at 1/(3*4096) * 2 per entry step (>> 9), interpolated, rounded back to 15 bits."""
+    m, ls = int(p["input_multiplier"]), int(p["input_left_shift"])
+    if m == 0:
+        m, ls = 3, 0
+    rnd = (1 << (ls - 1)) if ls > 0 else 0
+    v = (np.asarray(x, dtype=np.int64) * m + rnd) >> ls
+    a = np.abs(v)
+    uh = a >> 9
+    idx = np.minimum(uh, 254)
+    ua = SIGMOID_TABLE_UINT16[idx].astype(np.int64)
+    ub = SIGMOID_TABLE_UINT16[idx + 1].astype(np.int64)
+    res = np.where(uh >= 255, np.int64(0x7FFF << 10), (ua << 9) + (a & 0x1FF) * (ub - ua))
+    res = np.where(v >= 0, res + (1 << 9), (1 << (16 + 9)) - res + (1 << 9) - 1)
+    return (res >> 10).astype(np.int16)
+
+
 def tanh_int16(x, p):
     """x int16 (zero point 0) -> tanh int16 at scale 2^-15 (TFLM reference/integer_ops/tanh.h)."""
     m, ls = int(p["input_multiplier"]), int(p["input_left_shift"])
@@ -118,13 +149,21 @@ def to_16x8(g) -> None:
                                   % (op.name, y.scale, y.zero_point))
             op.kind = "tanh16"
             op.attrs = tanh_params(x.scale)
+        elif op.kind == "lut" and op.attrs.get("function") == "sigmoid":
+            x, y = g.tensors[op.inputs[0]], g.tensors[op.output]
+            if y.zero_point != 0 or not np.isclose(float(y.scale), TANH_OUTPUT_SCALE, rtol=1e-6, atol=0):
+                raise ExportError("Sigmoid node %r: an int16 sigmoid output needs scale 2^-15 and zero point 0 "
+                                  "(TFLite 16x8), got %g / %d: quantize with activations=int16 (onnx2int8 sets "
+                                  "it)" % (op.name, y.scale, y.zero_point))
+            op.kind = "sigmoid16"
+            op.attrs = sigmoid_params(x.scale)
         elif op.kind == "lut" and (op.attrs.get("function") in ("relu", "clip", "requantize")
                                    or (op.attrs.get("function") == "scale" and op.attrs["k"] > 0)):
             _requant16(g, op)
         elif not OPS[op.kind].int16:
             what = op.attrs.get("function", op.kind) if op.kind == "lut" else op.kind
             raise ExportError("op %s at node %r has no int16 (16x8) kernel here; with int16 activations the generator "
-                              "supports fully connected, tanh, relu, clip, requantize, a positive constant scale, "
+                              "supports fully connected, tanh, sigmoid, relu, clip, requantize, a positive constant scale, "
                               "reshape/flatten and argmax (use "
                               "int8 activations for this model)" % (what, op.name))
 

@@ -60,6 +60,36 @@ GX_INLINE void gx_tanh16(const gx_tanh16_t *p, const int16_t *restrict in, int16
     }
 }
 
+/* ------------------------------------------------------------------ sigmoid, int16 */
+
+/* TFLM's int16 logistic (reference/integer_ops/logistic.h): the same table as tanh, one entry per 512
+ * input steps, interpolated; out = sigmoid at scale 2^-15. Shares gx_tanh16_t (wide: rescale in int64). */
+GX_INLINE void gx_sigmoid16(const gx_tanh16_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    const int32_t rnd = p->left_shift > 0 ? ((int32_t)1 << (p->left_shift - 1)) : 0;
+    int k;
+    for (k = 0; k < p->n; ++k) {
+        int32_t v;
+        uint32_t a, uh, r;
+        if (p->wide) {
+            const int64_t v64 = ((int64_t)in[k] * p->mult + rnd) >> p->left_shift;
+            v = v64 > 2147483647 ? 2147483647 : (v64 < -2147483647 ? -2147483647 : (int32_t)v64);
+        } else {
+            v = ((int32_t)in[k] * p->mult + rnd) >> p->left_shift;
+        }
+        a = (uint32_t)(v < 0 ? -v : v);
+        uh = a >> 9;
+        if (uh >= 255) {
+            r = (uint32_t)0x7FFF << 10;
+        } else {
+            const uint32_t ua = p->table[uh], ub = p->table[uh + 1];
+            r = (ua << 9) + (a & 0x1FF) * (ub - ua);
+        }
+        r = v >= 0 ? r + (1u << 9) : (1u << (16 + 9)) - r + (1u << 9) - 1;
+        out[k] = (int16_t)(r >> 10);
+    }
+}
+
 /* ------------------------------------------------------------------ relu / clip / requantize, int16 */
 
 typedef struct {

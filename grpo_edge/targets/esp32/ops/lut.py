@@ -1,6 +1,6 @@
 """Elementwise functions as tables: int8 lut (tanh, sigmoid, hardswish, gelu (erf and tanh forms),
 hardsigmoid, leakyrelu (and PRelu of one slope), elu, celu, selu, softplus, softsign, relu, clip, requantize
-as 256 entries), the 16x8 tanh (TFLM's int16 rule) and the 16x8 relu / clip / requantize (requant16: a
+as 256 entries), the 16x8 tanh and sigmoid (TFLM's int16 rules) and the 16x8 relu / clip / requantize (requant16: a
 rescale and a clamp; a table of 65536 entries would not fit).
 
 ONNX rules (Relu, Clip, Tanh, Sigmoid, HardSwish, Gelu / FastGelu (com.microsoft, made by
@@ -156,6 +156,28 @@ def tflm(b, i, op):
 def tflm16(b, i, op):
     """TANH, int16 in/out, zero point 0, output scale 2^-15 (checked by the parser)."""
     b.op(b.tfl.BuiltinOperator.TANH, [b.act(op.inputs[0])], [b.act(op.output)])
+
+
+def reference_sigmoid16(x, p):
+    from ..int16_ref import sigmoid_int16
+    return sigmoid_int16(x, p)
+
+
+def emit_sigmoid16(em, i, op, name):
+    """TFLM's int16 logistic: the power-of-two case (input_multiplier 0) is multiplier 3, shift 0."""
+    m, ls = int(op.attrs["input_multiplier"]), int(op.attrs["input_left_shift"])
+    if m == 0:
+        m, ls = 3, 0
+    rnd = (1 << (ls - 1)) if ls > 0 else 0
+    em.data.append(c_struct("gx_tanh16_t", name, [
+        ("n", em.g.tensors[op.output].size), ("mult", m), ("left_shift", ls),
+        ("wide", int(32768 * m + rnd > INT32_MAX)), ("table", "%s_sigmoid16" % em.p)]))
+    return "gx_sigmoid16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm_sigmoid16(b, i, op):
+    """LOGISTIC, int16 in/out, zero point 0, output scale 2^-15 (checked by the parser)."""
+    b.op(b.tfl.BuiltinOperator.LOGISTIC, [b.act(op.inputs[0])], [b.act(op.output)])
 
 
 def reference_requant16(x, p):
@@ -334,6 +356,7 @@ def from_softsign(p, node):
 
 SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs, in_place=True),
          OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True),
+         OpSpec("sigmoid16", reference_sigmoid16, emit_sigmoid16, tflm_sigmoid16, elementwise_macs, int16=True),
          OpSpec("requant16", reference_requant16, emit_requant16, tflm_requant16, elementwise_macs, int16=True,
                 in_place=True)]
 
