@@ -191,6 +191,43 @@ def test_16x8_relu_and_clip_deploy_bit_exact_within_one_lsb_of_onnxruntime(tmp_p
     assert f["decision_agreement_fp32"].value >= 0.99
 
 
+def test_16x8_residual_add_and_constant_sub_bit_exact_and_equal_to_tflm(tmp_path):
+    """h + tanh(fc(h)) and h - k (a constant vector) in 16x8: add16 is TFLM's ADD / SUB rule with left shift
+    15; the C bit-exact on host and rv32, TFLM's outputs equal ours, each add within 1 LSB of onnxruntime."""
+    import torch
+    from grpo_edge.targets import deploy
+    from grpo_edge.targets.esp32 import tflm
+    torch.manual_seed(0)
+
+    class Res(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = torch.nn.Linear(6, 24), torch.nn.Linear(24, 24), torch.nn.Linear(24, 3)
+            self.k = torch.nn.Parameter(torch.randn(24) * 0.3)
+
+        def forward(self, x):
+            h = torch.tanh(self.a(x))
+            h = h + torch.tanh(self.b(h))
+            return self.c(h - self.k)
+    torch.onnx.export(Res().eval(), (torch.zeros(1, 6),), str(tmp_path / "r.onnx"), input_names=["x"],
+                      output_names=["y"], dynamo=False, opset_version=17)
+    np.save(tmp_path / "c.npy", np.random.default_rng(0).normal(size=(400, 6)).astype(np.float32))
+    rep = deploy("esp32c3", onnx=str(tmp_path / "r.onnx"), out_dir=str(tmp_path / "out"), options={
+        "calibration": str(tmp_path / "c.npy"), "activations": "int16", "callgrind": False, "min_agreement": 0,
+        "tflm": tflm.available()})
+    f = {k: v.value for k, v in rep.figures.items()}
+    per_op = {}
+    for r in rep.sections["onnxruntime_check"]["per_op"]:
+        per_op.setdefault(r["op"], []).append(r["max_lsb"])
+    assert len(per_op["add16"]) == 2 and max(per_op["add16"]) <= 1, per_op
+    assert f["activations"] == "int16" and f["host_bit_exact"] is True
+    if rv32.available():
+        assert f["rv32_bit_exact"] is True
+    if tflm.available():
+        assert f["tflm_outputs_max_lsb"] == 0
+    assert f["decision_agreement_fp32"] >= 0.99
+
+
 def test_argmax_ties_pick_the_first_index():
     rng = np.random.default_rng(3)
     g = make_fc16_argmax(rng, ties=True)

@@ -149,6 +149,8 @@ def to_16x8(g) -> None:
                                   % (op.name, y.scale, y.zero_point))
             op.kind = "tanh16"
             op.attrs = tanh_params(x.scale)
+        elif OPS[op.kind].to_int16 is not None:      # the op module converts its own kind (ops/add.py)
+            OPS[op.kind].to_int16(g, op)
         elif op.kind == "lut" and op.attrs.get("function") == "sigmoid":
             x, y = g.tensors[op.inputs[0]], g.tensors[op.output]
             if y.zero_point != 0 or not np.isclose(float(y.scale), TANH_OUTPUT_SCALE, rtol=1e-6, atol=0):
@@ -163,7 +165,7 @@ def to_16x8(g) -> None:
         elif not OPS[op.kind].int16:
             what = op.attrs.get("function", op.kind) if op.kind == "lut" else op.kind
             raise ExportError("op %s at node %r has no int16 (16x8) kernel here; with int16 activations the generator "
-                              "supports fully connected, tanh, sigmoid, relu, clip, requantize, a positive constant scale, "
+                              "supports fully connected, add, sub, tanh, sigmoid, relu, clip, requantize, a positive constant scale, "
                               "reshape/flatten and argmax (use "
                               "int8 activations for this model)" % (what, op.name))
 

@@ -107,6 +107,20 @@ GX_INLINE void gx_requant16(const gx_requant16_t *p, const int16_t *in, int16_t 
         out[k] = (int16_t)gx_clamp(gx_mbqm(in[k], p->mult, p->shift), p->act_min, p->act_max);
 }
 
+/* ------------------------------------------------------------------ add, int16 */
+
+/* ADD 16x8 (TFLM add_common.cc with left_shift 15, zero points 0): out may be a or b. */
+GX_INLINE void gx_add16(const gx_add_t *p, const int16_t *a, const int16_t *b, int16_t *out)
+{
+    int k;
+    for (k = 0; k < p->n; ++k) {
+        const int32_t x1 = (int32_t)((uint32_t)(int32_t)a[k] << p->left_shift);
+        const int32_t x2 = (int32_t)((uint32_t)(int32_t)b[k] << p->left_shift);
+        const int32_t s = gx_mbqm(x1, p->in1_mult, p->in1_shift) + gx_mbqm(x2, p->in2_mult, p->in2_shift);
+        out[k] = (int16_t)gx_clamp(gx_mbqm(s, p->out_mult, p->out_shift), p->act_min, p->act_max);
+    }
+}
+
 /* ------------------------------------------------------------------ argmax over int16 */
 
 /* First index of the maximum of n int16 values, stored as int8. */
