@@ -228,6 +228,20 @@ def test_16x8_residual_add_and_constant_sub_bit_exact_and_equal_to_tflm(tmp_path
     assert f["decision_agreement_fp32"] >= 0.99
 
 
+def test_int8_constant_add_operand_becomes_int16_in_a_16x8_graph():
+    """onnxruntime's 16x8 quantizer leaves a constant Add operand int8 (per channel): parse re-expresses it as
+    int16 codes at one scale, each real value within half of that step."""
+    from grpo_edge.targets.esp32.ops.add import _as_int16
+    rng = np.random.default_rng(5)
+    codes = rng.integers(-127, 128, size=(3, 8)).astype(np.int8)
+    scale = rng.uniform(0.001, 0.1, 3).astype(np.float32)
+    real = codes.astype(np.float64) * scale.reshape(3, 1).astype(np.float64)
+    q, step, zp = _as_int16(codes, scale, np.zeros(3, np.int8), axis=0)
+    assert q.dtype == np.int16 and int(zp) == 0 and step.size == 1
+    assert np.abs(q * float(step) - real).max() <= float(step) / 2 + 1e-12
+    assert np.abs(q).max() == 32767
+
+
 def test_argmax_ties_pick_the_first_index():
     rng = np.random.default_rng(3)
     g = make_fc16_argmax(rng, ties=True)

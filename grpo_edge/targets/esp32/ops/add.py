@@ -100,6 +100,20 @@ def tflm(b, i, op):
 
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
+def _as_int16(codes, scale, zp, axis):
+    """A constant operand that onnxruntime's 16x8 quantizer left int8 (per tensor or per channel along axis)
+    -> the same real values as int16 codes at one scale, zero point 0 (max |v| / 32767): each moves by at most
+    half of that step, which the Add's output scale does not resolve."""
+    codes, scale, zp = np.asarray(codes), np.asarray(scale, np.float64), np.asarray(zp)
+    shape = [1] * codes.ndim
+    if scale.size > 1:
+        shape[axis % codes.ndim] = -1
+    real = (codes.astype(np.float64) - zp.astype(np.float64).reshape(shape)) * scale.reshape(shape)
+    step = R.f32(max(float(np.abs(real).max()), 1e-12) / 32767.0)
+    q = np.clip(np.sign(real) * np.floor(np.abs(real) / float(step) + 0.5), -32767, 32767).astype(np.int16)
+    return q, np.array(step, np.float32), np.array(0, np.int16)
+
+
 def from_sub(p, node):
     """a - b: TFLite's SUB is ADD's arithmetic with the second rescaled term subtracted; mbqm is odd (it
     rounds half away from zero), so that is ADD with the second multiplier negated: no other kernel."""
@@ -125,6 +139,8 @@ def from_add(p, node, sub=False):
         b = p.tensors[srcs[1][1]]
     else:
         arr, sc, zpb = srcs[1][1], srcs[1][2], srcs[1][3]
+        if p.qtype.get(a.name) == "int16" and (sc.size != 1 or arr.dtype == np.int8):
+            arr, sc, zpb = _as_int16(arr, sc, zpb, srcs[1][4])
         if sc.size != 1 or arr.dtype not in (np.int8, np.int16):
             raise ExportError("%s: a constant Add operand must be per-tensor int8 or int16" % label(node))
         bname = node.name + "/const" if node.name else node.input[1] + "/const"
