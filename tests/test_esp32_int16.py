@@ -103,8 +103,77 @@ def make_requant16(rng, n=None):
                                                                  "act_min": lo, "act_max": hi})])
 
 
+LUT16_PARAMS = {"hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "leakyrelu": {"alpha": -0.3}, "elu": {"alpha": 0.7},
+                "celu": {"alpha": 1.5}, "selu": {"alpha": 1.6732632, "gamma": 1.050701}, "scale": {"k": -0.37}}
+
+
+def make_lut16(function, s_in, s_out, n):
+    """A 16x8 table of one function (ops/lut.py lut16) between int16 tensors."""
+    from grpo_edge.targets.esp32.ops.lut import lut16_table
+    x, y = _t16("x", (1, n), s_in), _t16("y", (1, n), s_out)
+    t = lut16_table(x, y, function, LUT16_PARAMS.get(function, {}))
+    return _graph([x, y], [Op("lut16", function, ["x"], "y", dict(t, function=function))])
+
+
+def make_leakyrelu16(rng, n=None):
+    from grpo_edge.targets.esp32.ops.lut import leakyrelu16_params
+    n = n or int(rng.integers(1, 60))
+    x, y = (_t16(k, (1, n), 10 ** rng.uniform(-5, -2)) for k in "xy")
+    return _graph([x, y], [Op("leakyrelu16", "lrelu", ["x"], "y",
+                              leakyrelu16_params(x, y, float(rng.uniform(0.005, 3.0))))])
+
+
+def make_mul16(rng):
+    """a * b with b = requant16(a) (another scale): TFLM's MUL at int16; a saturating output scale sometimes."""
+    n = int(rng.integers(1, 40))
+    x, h = _t16("x", (1, n), 10 ** rng.uniform(-5, -2)), _t16("h", (1, n), 10 ** rng.uniform(-5, -2))
+    y = _t16("y", (1, n), float(x.scale) * float(h.scale) * 32768 * 10 ** rng.uniform(-0.5, 2))
+    m, s = R.quantize_multiplier(float(x.scale) / float(h.scale))
+    mm, ms = R.quantize_multiplier(float(x.scale) * float(h.scale) / float(y.scale))
+    return _graph([x, h, y], [
+        Op("requant16", "rq", ["x"], "h", {"function": "requantize", "multiplier": m, "shift": s,
+                                          "act_min": -32768, "act_max": 32767}),
+        Op("mul16", "mul", ["x", "h"], "y", {"a_offset": 0, "b_offset": 0, "multiplier": mm, "shift": ms,
+                                             "output_offset": 0, "activation_min": -32768, "activation_max": 32767})])
+
+
+def make_pad16(rng):
+    """A constant pad of a (1, C, L) int16 tensor, rescaled (or copied) to the output's scale."""
+    c, n = int(rng.integers(1, 5)), int(rng.integers(1, 12))
+    w = ((0, 0), tuple(int(v) for v in rng.integers(0, 3, 2)), tuple(int(v) for v in rng.integers(0, 3, 2)))
+    s_in = 10 ** rng.uniform(-5, -2)
+    s_out = s_in if rng.random() < 0.5 else 10 ** rng.uniform(-5, -2)
+    x = _t16("x", (1, c, n), s_in)
+    y = _t16("y", (1, c + w[1][0] + w[1][1], n + w[2][0] + w[2][1]), s_out)
+    m, s = (0, 0) if x.scale == y.scale else R.quantize_multiplier(float(x.scale) / float(y.scale))
+    return _graph([x, y], [Op("pad16", "pad", ["x"], "y", {"widths": w, "value": int(rng.integers(-32768, 32768)),
+                                                          "multiplier": m, "shift": s, "real_value": 0.0})])
+
+
+def make_pool16(rng, kind):
+    """A max / average pool (or a mean over the whole image) of a (1, C, H, W) int16 tensor, padded or not."""
+    from grpo_edge.targets.esp32.reference import mean_params
+    c, h, w = (int(v) for v in rng.integers(1, 7, 3))
+    k = (int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1)))
+    st = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    pads = (0, 0, 0, 0) if kind == "mean" else tuple(int(rng.integers(0, min(k) // 2 + 1)) for _ in range(4))
+    if kind == "mean":
+        k, st = (h, w), (1, 1)
+    oh, ow = (h + pads[0] + pads[2] - k[0]) // st[0] + 1, (w + pads[1] + pads[3] - k[1]) // st[1] + 1
+    s_in = 10 ** rng.uniform(-5, -2)
+    s_out = s_in if kind != "mean" else s_in * 10 ** rng.uniform(-0.5, 0.5)
+    x, y = _t16("x", (1, c, h, w), s_in), _t16("y", (1, c, oh, ow), s_out)
+    a = {"kernel": k, "strides": st, "pads": pads, "activation_min": -32768, "activation_max": 32767}
+    if kind != "max":
+        m, sh = mean_params(x.scale, y.scale, k[0] * k[1])
+        a.update(mode="round_div" if kind == "avg" else "mean", count=k[0] * k[1], input_zero_point=0,
+                 output_offset=0, mean_multiplier=m, mean_shift=sh)
+    return _graph([x, y], [Op("maxpool16" if kind == "max" else "avgpool16", kind, ["x"], "y", a)])
+
+
 # scales for the exhaustive tanh: 2^-12 and 2^-11 (TFLM's input_multiplier == 0 case), 2^-10 (a power
 # of two outside it), a calibrated hidden-layer scale, a coarse one, and 8.0 (the int64 rescale path)
+EXHAUSTIVE_LUT16 = ("gelu", "hardswish", "softplus", "leakyrelu", "scale")
 EXHAUSTIVE_TANH_SCALES = {"pot12": 2.0 ** -12, "pot11": 2.0 ** -11, "pot10": 2.0 ** -10,
                           "calib": 3.2286759960697964e-05, "coarse": 0.0123, "wide": 8.0}
 
@@ -118,6 +187,16 @@ def _cases():
     cases += [("rq%d" % i, make_requant16(rng)) for i in range(20)]
     cases += [("sig%d" % i, make_sigmoid16(float(np.float32(10 ** rng.uniform(-6, 0.5))), int(rng.integers(1, 80))))
               for i in range(10)]
+    from grpo_edge.targets.esp32.ops.lut import FLOAT_FUNCTIONS
+    for f in sorted(FLOAT_FUNCTIONS):
+        s_in = float(np.float32(10 ** rng.uniform(-5, -2)))        # the output scale as calibration sets it:
+        span = np.abs(FLOAT_FUNCTIONS[f](np.linspace(-32768, 32767, 999) * s_in, LUT16_PARAMS.get(f, {}))).max()
+        s_out = float(np.float32(span / 32767 * 10 ** rng.uniform(-0.3, 0.3)))     # its range, or clipped
+        cases.append(("lut16_%s" % f, make_lut16(f, s_in, s_out, int(rng.integers(1, 80)))))
+    cases += [("lrelu%d" % i, make_leakyrelu16(rng)) for i in range(10)]
+    cases += [("mul%d" % i, make_mul16(rng)) for i in range(10)]
+    cases += [("pad%d" % i, make_pad16(rng)) for i in range(10)]
+    cases += [("pool_%s%d" % (k, i), make_pool16(rng, k)) for k in ("max", "avg", "mean") for i in range(6)]
     return cases
 
 
@@ -140,10 +219,13 @@ def test_every_int16_kernel_matches_reference_bit_for_bit(tmp_path, opt):
     every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16).reshape(1, -1)
     cases = _cases() + [("all_" + n, make_tanh16(s, every.size)) for n, s in EXHAUSTIVE_TANH_SCALES.items()]
     cases += [("allsig_" + n, make_sigmoid16(s, every.size)) for n, s in EXHAUSTIVE_TANH_SCALES.items()]
+    cases += [("alllut_%s_%d" % (f, k), make_lut16(f, s_in, s_out, every.size)) for f in EXHAUSTIVE_LUT16
+              for k, (s_in, s_out) in enumerate(((8 / 32768, 8 / 32768), (1e-3, 4e-4), (0.01, 0.003)))]
+    cases += [("alllrelu", make_leakyrelu16(rng, every.size))]
     names = [n for n, _ in cases]
     graphs = [g for _, g in cases]
     gens = [codegen.generate(g, "k16_" + n) for n, g in cases]
-    inputs = [every if n.startswith(("all_", "allsig_")) else _int16(rng, (24,) + g.tensors[g.input].shape[1:]) for n, g in cases]
+    inputs = [every if n.startswith("all") else _int16(rng, (24,) + g.tensors[g.input].shape[1:]) for n, g in cases]
     refs = [R.run(g, x).reshape(len(x), -1) for g, x in zip(graphs, inputs)]
     exe = simulate.build_host(gens, tmp_path, opt, extra=extra)
     outs = simulate.run_host(exe, gens, inputs)
@@ -225,6 +307,122 @@ def test_16x8_residual_add_and_constant_sub_bit_exact_and_equal_to_tflm(tmp_path
         assert f["rv32_bit_exact"] is True
     if tflm.available():
         assert f["tflm_outputs_max_lsb"] == 0
+    assert f["decision_agreement_fp32"] >= 0.99
+
+
+@pytest.mark.parametrize("scales", [(8 / 32768, 8 / 32768), (3e-4, 1e-4), (2e-5, 2e-5), (0.01, 0.003)])
+def test_lut16_is_within_one_lsb_of_the_function_rounded_in_float32_on_every_code(scales):
+    """Every function FLOAT_FUNCTIONS has, as a 16x8 table: on all 65,536 input codes within 1 LSB of
+    quantize(f(dequantize(q))) computed in float32 as onnxruntime does, at most 17 KB, and some functions need
+    the segments stored code by code (the kinks)."""
+    from grpo_edge.targets.esp32.ops.lut import FLOAT_FUNCTIONS, reference_lut16
+    every = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16)
+    exact_used = 0
+    for f in FLOAT_FUNCTIONS:
+        op = make_lut16(f, scales[0], scales[1], 4).ops[0]
+        got = reference_lut16(every, op.attrs).astype(np.int64)
+        real = np.float32(FLOAT_FUNCTIONS[f](R.dequantize(every, scales[0], 0).astype(np.float64),
+                                             LUT16_PARAMS.get(f, {})))
+        ort = R.quantize(real, scales[1], 0, "int16").astype(np.int64)
+        assert np.abs(got - ort).max() <= 1, (f, scales, np.abs(got - ort).max())
+        assert op.attrs["bytes"] <= 17 * 1024, (f, op.attrs["bytes"])
+        exact_used += len(op.attrs["exact_segments"])
+    assert exact_used > 0
+
+
+def test_lut16_refuses_in_one_line_when_no_table_fits(monkeypatch):
+    from grpo_edge.targets.esp32.ops import lut
+    monkeypatch.setattr(lut, "LUT16_MAX_EXACT", 0)
+    monkeypatch.setattr(lut, "LUT16_STEPS", (7,))
+    x, y = _t16("x", (1, 4), 1e-3), _t16("y", (1, 4), 4e-4)
+    g = _graph([x, y], [Op("lut", "/blk/Gelu", ["x"], "y", {"function": "gelu", "table": None})])
+    with pytest.raises(ExportError, match=r"op gelu at node '/blk/Gelu': no int16 table within 1 LSB"):
+        lut.to_lut16(g, g.ops[0])
+
+
+def _deploy16(tmp_path, module, name, tflm_on):
+    import torch
+    from grpo_edge.targets import deploy
+    torch.onnx.export(module.eval(), (torch.zeros(1, 6),), str(tmp_path / (name + ".onnx")), input_names=["x"],
+                      output_names=["y"], dynamo=False, opset_version=17)
+    np.save(tmp_path / "c.npy", np.random.default_rng(0).normal(size=(400, 6)).astype(np.float32))
+    rep = deploy("esp32c3", onnx=str(tmp_path / (name + ".onnx")), out_dir=str(tmp_path / name), options={
+        "calibration": str(tmp_path / "c.npy"), "activations": "int16", "callgrind": False, "min_agreement": 0,
+        "tflm": tflm_on})
+    per_op = {}
+    for r in rep.sections["onnxruntime_check"]["per_op"]:
+        per_op.setdefault(r["op"], []).append(r["max_lsb"])
+    f = {k: v.value for k, v in rep.figures.items()}
+    assert f["activations"] == "int16" and f["host_bit_exact"] is True
+    assert f["ort_max_lsb_per_op"] <= 1, per_op
+    if rv32.available():
+        assert f["rv32_bit_exact"] is True
+    return f, per_op
+
+
+def test_16x8_elementwise_functions_mul_and_pad_deploy_bit_exact_within_one_lsb(tmp_path):
+    """GELU, leaky relu, hard swish, a gate (a product of two activations), ELU, softplus times a negative
+    constant and a constant pad, all in 16x8: tables (lut16), TFLM's LEAKY_RELU and MUL rules, pad16."""
+    import torch
+    F = torch.nn.functional
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c, self.g = (torch.nn.Linear(n, 24) for n in (6, 24, 24, 24))
+            self.d = torch.nn.Linear(27, 3)
+
+        def forward(self, x):
+            h = F.hardswish(self.c(F.leaky_relu(self.b(F.gelu(self.a(x))), 0.1)))
+            h = h * torch.sigmoid(self.g(h))
+            h = F.elu(h) + F.softplus(h) * (-0.5)
+            return self.d(F.pad(h, (1, 2), value=0.25))
+    f, per_op = _deploy16(tmp_path, Net(), "fn", False)
+    assert len(per_op["lut16"]) == 5 and {"leakyrelu16", "mul16", "pad16"} <= set(per_op), per_op
+    assert f["decision_agreement_fp32"] >= 0.99
+
+
+def test_16x8_leakyrelu_broadcast_mul_and_pad_equal_tflm(tmp_path):
+    """LEAKY_RELU, MUL (one operand broadcast) and PADV2 at int16: TFLM's outputs equal ours."""
+    import torch
+    from grpo_edge.targets.esp32 import tflm
+    if not tflm.available():
+        pytest.skip("the tflite-micro package is not installed (the tflite extra)")
+    F = torch.nn.functional
+    torch.manual_seed(1)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.g = torch.nn.Linear(6, 24), torch.nn.Linear(24, 24), torch.nn.Linear(24, 1)
+            self.d = torch.nn.Linear(27, 3)
+
+        def forward(self, x):
+            h = F.leaky_relu(self.a(x), 0.1)
+            h = self.b(h) * self.g(h)
+            return self.d(F.pad(h, (1, 2), value=0.25))
+    f, per_op = _deploy16(tmp_path, Net(), "tf", True)
+    assert {"leakyrelu16", "mul16", "pad16"} <= set(per_op), per_op
+    assert f["tflm_outputs_max_lsb"] == 0
+
+
+def test_16x8_pools_deploy_bit_exact_within_one_lsb(tmp_path):
+    """MaxPool, AveragePool (padded) and a global average at int16: maxpool16 / avgpool16."""
+    import torch
+    torch.manual_seed(2)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.d = torch.nn.Linear(6, 96), torch.nn.Linear(6, 3)
+
+        def forward(self, x):
+            h = torch.nn.functional.max_pool2d(torch.relu(self.a(x)).view(1, 6, 4, 4), 2, 1)
+            h = torch.nn.functional.avg_pool2d(h, 2, 1, padding=1, count_include_pad=False)
+            return self.d(h.mean(dim=(2, 3)))
+    f, per_op = _deploy16(tmp_path, Net(), "pool", False)
+    assert {"maxpool16", "avgpool16"} <= set(per_op), per_op
     assert f["decision_agreement_fp32"] >= 0.99
 
 

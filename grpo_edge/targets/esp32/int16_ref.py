@@ -1,6 +1,7 @@
 """The 16x8 mode (int16 activations, int8 weights): Prepare-time parameters and the NumPy reference of
-the ops that have an int16 form here (fully connected, tanh, relu / clip / requantize; reshape and argmax
-are type-agnostic).
+the ops that have an int16 form here (fully connected, tanh, sigmoid, relu / clip / requantize; reshape and
+argmax are type-agnostic). The op modules convert their own kinds through OpSpec.to_int16 (ops/add.py,
+ops/mul.py, ops/pad.py, and ops/lut.py for leaky relu and the other functions as interpolated tables).
 
 Why: a CartPole policy spends its time balancing, where its two logits are nearly tied; with int8
 activations the 4 state features share one input scale (cart position dominates it, the pole angle
@@ -149,8 +150,6 @@ def to_16x8(g) -> None:
                                   % (op.name, y.scale, y.zero_point))
             op.kind = "tanh16"
             op.attrs = tanh_params(x.scale)
-        elif OPS[op.kind].to_int16 is not None:      # the op module converts its own kind (ops/add.py)
-            OPS[op.kind].to_int16(g, op)
         elif op.kind == "lut" and op.attrs.get("function") == "sigmoid":
             x, y = g.tensors[op.inputs[0]], g.tensors[op.output]
             if y.zero_point != 0 or not np.isclose(float(y.scale), TANH_OUTPUT_SCALE, rtol=1e-6, atol=0):
@@ -162,11 +161,13 @@ def to_16x8(g) -> None:
         elif op.kind == "lut" and (op.attrs.get("function") in ("relu", "clip", "requantize")
                                    or (op.attrs.get("function") == "scale" and op.attrs["k"] > 0)):
             _requant16(g, op)
+        elif OPS[op.kind].to_int16 is not None:      # the op module converts its own kind (ops/add.py, the
+            OPS[op.kind].to_int16(g, op)              # other tables of ops/lut.py, ...)
         elif not OPS[op.kind].int16:
             what = op.attrs.get("function", op.kind) if op.kind == "lut" else op.kind
             raise ExportError("op %s at node %r has no int16 (16x8) kernel here; with int16 activations the generator "
-                              "supports fully connected, add, sub, tanh, sigmoid, relu, clip, requantize, a positive constant scale, "
-                              "reshape/flatten and argmax (use "
+                              "supports fully connected, add, sub, mul, pad, the elementwise functions (tanh, sigmoid, "
+                              "relu, clip, leaky relu and the others as tables), reshape/flatten and argmax (use "
                               "int8 activations for this model)" % (what, op.name))
 
 

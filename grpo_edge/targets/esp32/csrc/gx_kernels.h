@@ -311,22 +311,30 @@ typedef struct {
     const int8_t *table;                     /* 0, or the input's requantization to the output's parameters */
 } gx_pad_t;
 
-/* out = value everywhere, then each input row (the last axis) copied to its place, through table when the
- * output's parameters differ from the input's (ops/pad.py). */
+/* out = value everywhere, then each input row (the last axis) copied to its place through MAP (the element
+ * type T; int8 and int16, gx_kernels16.h). */
+#define GX_PAD_BODY(T, MAP)                                                                                 \
+    do {                                                                                                    \
+        const long n = (long)p->out_dims[0] * p->out_dims[1] * p->out_dims[2] * p->out_dims[3];            \
+        long k;                                                                                             \
+        int a, b, c, d;                                                                                     \
+        for (k = 0; k < n; ++k) out[k] = (T)p->value;                                                       \
+        for (a = 0; a < p->dims[0]; ++a)                                                                    \
+            for (b = 0; b < p->dims[1]; ++b)                                                                \
+                for (c = 0; c < p->dims[2]; ++c) {                                                          \
+                    const T *src = in + (((long)a * p->dims[1] + b) * p->dims[2] + c) * p->dims[3];         \
+                    T *dst = out + ((((long)(a + p->begin[0]) * p->out_dims[1] + b + p->begin[1])           \
+                                     * p->out_dims[2] + c + p->begin[2]) * p->out_dims[3] + p->begin[3]);   \
+                    for (d = 0; d < p->dims[3]; ++d) dst[d] = MAP(src[d]);                                  \
+                }                                                                                           \
+    } while (0)
+
+/* The int8 pad: through table when the output's parameters differ from the input's (ops/pad.py). */
 GX_INLINE void gx_pad(const gx_pad_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
-    const long n = (long)p->out_dims[0] * p->out_dims[1] * p->out_dims[2] * p->out_dims[3];
-    long k;
-    int a, b, c, d;
-    for (k = 0; k < n; ++k) out[k] = (int8_t)p->value;
-    for (a = 0; a < p->dims[0]; ++a)
-        for (b = 0; b < p->dims[1]; ++b)
-            for (c = 0; c < p->dims[2]; ++c) {
-                const int8_t *src = in + (((long)a * p->dims[1] + b) * p->dims[2] + c) * p->dims[3];
-                int8_t *dst = out + ((((long)(a + p->begin[0]) * p->out_dims[1] + b + p->begin[1]) * p->out_dims[2]
-                                      + c + p->begin[2]) * p->out_dims[3] + p->begin[3]);
-                for (d = 0; d < p->dims[3]; ++d) dst[d] = p->table ? p->table[src[d] + 128] : src[d];
-            }
+#define GX_PAD8_MAP(v) (p->table ? p->table[(v) + 128] : (v))
+    GX_PAD_BODY(int8_t, GX_PAD8_MAP);
+#undef GX_PAD8_MAP
 }
 
 /* ------------------------------------------------------------------ elementwise multiply */
@@ -339,23 +347,28 @@ typedef struct {
     int32_t out_offset, act_min, act_max;
 } gx_mul_t;
 
-/* out = clamp(mbqm((a + a_offset)(b + b_offset)) + out_offset), b or a broadcast (TFLite MUL int8;
- * ops/mul.py: a squeeze-excitation gate, a product of two branches). */
+/* out = clamp(mbqm((a + a_offset)(b + b_offset)) + out_offset), b or a broadcast, elements of type T
+ * (TFLite MUL's rule at int8 and int16; ops/mul.py: a squeeze-excitation gate, a product of two branches). */
+#define GX_MUL_BODY(T)                                                                                      \
+    do {                                                                                                    \
+        int i, j, k, l;                                                                                     \
+        long o = 0;                                                                                         \
+        for (i = 0; i < p->dims[0]; ++i)                                                                    \
+            for (j = 0; j < p->dims[1]; ++j)                                                                \
+                for (k = 0; k < p->dims[2]; ++k)                                                            \
+                    for (l = 0; l < p->dims[3]; ++l) {                                                      \
+                        const int32_t x = (int32_t)a[i * p->a_stride[0] + j * p->a_stride[1]                \
+                                                     + k * p->a_stride[2] + l * p->a_stride[3]] + p->a_offset; \
+                        const int32_t y = (int32_t)b[i * p->b_stride[0] + j * p->b_stride[1]                \
+                                                     + k * p->b_stride[2] + l * p->b_stride[3]] + p->b_offset; \
+                        out[o++] = (T)gx_clamp(gx_mbqm(x * y, p->mult, p->shift) + p->out_offset,           \
+                                               p->act_min, p->act_max);                                     \
+                    }                                                                                       \
+    } while (0)
+
 GX_INLINE void gx_mul(const gx_mul_t *p, const int8_t *restrict a, const int8_t *restrict b, int8_t *restrict out)
 {
-    int i, j, k, l;
-    long o = 0;
-    for (i = 0; i < p->dims[0]; ++i)
-        for (j = 0; j < p->dims[1]; ++j)
-            for (k = 0; k < p->dims[2]; ++k)
-                for (l = 0; l < p->dims[3]; ++l) {
-                    const int32_t x = (int32_t)a[i * p->a_stride[0] + j * p->a_stride[1] + k * p->a_stride[2]
-                                                 + l * p->a_stride[3]] + p->a_offset;
-                    const int32_t y = (int32_t)b[i * p->b_stride[0] + j * p->b_stride[1] + k * p->b_stride[2]
-                                                 + l * p->b_stride[3]] + p->b_offset;
-                    out[o++] = (int8_t)gx_clamp(gx_mbqm(x * y, p->mult, p->shift) + p->out_offset, p->act_min,
-                                                p->act_max);
-                }
+    GX_MUL_BODY(int8_t);
 }
 
 /* ------------------------------------------------------------------ transpose */
@@ -477,42 +490,48 @@ typedef struct {
     int32_t act_min, act_max;
 } gx_pool_t;
 
-/* Taps in the padding are skipped (max: ignored; average: not counted). */
+/* Taps in the padding are skipped (max: ignored; average: not counted). Elements of type T, MAX_INIT below
+ * T's range (int8 here, int16 in gx_kernels16.h). */
+#define GX_POOL_BODY(T, MAX_INIT)                                                                           \
+    do {                                                                                                    \
+        int c, oy, ox, y, x;                                                                                \
+        for (c = 0; c < p->c; ++c) {                                                                        \
+            const T *xc = in + c * p->h * p->w;                                                             \
+            for (oy = 0; oy < p->oh; ++oy) {                                                                \
+                const int iy0 = oy * p->sh - p->pad_t;                                                      \
+                const int y0 = iy0 < 0 ? 0 : iy0;                                                           \
+                const int y1 = iy0 + p->kh > p->h ? p->h : iy0 + p->kh;                                     \
+                for (ox = 0; ox < p->ow; ++ox) {                                                            \
+                    const int ix0 = ox * p->sw - p->pad_l;                                                  \
+                    const int x0 = ix0 < 0 ? 0 : ix0;                                                       \
+                    const int x1 = ix0 + p->kw > p->w ? p->w : ix0 + p->kw;                                 \
+                    int32_t acc = p->mode == GX_POOL_MAX ? (MAX_INIT) : 0, v;                               \
+                    for (y = y0; y < y1; ++y)                                                               \
+                        for (x = x0; x < x1; ++x) {                                                         \
+                            const int32_t q = xc[y * p->w + x];                                             \
+                            if (p->mode == GX_POOL_MAX) {                                                   \
+                                if (q > acc) acc = q;                                                       \
+                            } else {                                                                        \
+                                acc += q;                                                                   \
+                            }                                                                               \
+                        }                                                                                   \
+                    if (p->mode == GX_POOL_MAX) {                                                           \
+                        v = acc;                                                                            \
+                    } else if (p->mode == GX_POOL_AVG_ROUND) {                                              \
+                        const int32_t n = (int32_t)((y1 - y0) * (x1 - x0));                                 \
+                        v = acc > 0 ? (acc + n / 2) / n : (acc - n / 2) / n;                                \
+                    } else {                                                                                \
+                        v = gx_mbqm(acc - p->mean_sub, p->mean_mult, p->mean_shift) + p->out_offset;        \
+                    }                                                                                       \
+                    out[(c * p->oh + oy) * p->ow + ox] = (T)gx_clamp(v, p->act_min, p->act_max);            \
+                }                                                                                           \
+            }                                                                                               \
+        }                                                                                                   \
+    } while (0)
+
 GX_INLINE void gx_pool(const gx_pool_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
-    int c, oy, ox, y, x;
-    for (c = 0; c < p->c; ++c) {
-        const int8_t *xc = in + c * p->h * p->w;
-        for (oy = 0; oy < p->oh; ++oy) {
-            const int iy0 = oy * p->sh - p->pad_t;
-            const int y0 = iy0 < 0 ? 0 : iy0;
-            const int y1 = iy0 + p->kh > p->h ? p->h : iy0 + p->kh;
-            for (ox = 0; ox < p->ow; ++ox) {
-                const int ix0 = ox * p->sw - p->pad_l;
-                const int x0 = ix0 < 0 ? 0 : ix0;
-                const int x1 = ix0 + p->kw > p->w ? p->w : ix0 + p->kw;
-                int32_t acc = p->mode == GX_POOL_MAX ? -129 : 0, v;
-                for (y = y0; y < y1; ++y)
-                    for (x = x0; x < x1; ++x) {
-                        const int32_t q = xc[y * p->w + x];
-                        if (p->mode == GX_POOL_MAX) {
-                            if (q > acc) acc = q;
-                        } else {
-                            acc += q;
-                        }
-                    }
-                if (p->mode == GX_POOL_MAX) {
-                    v = acc;
-                } else if (p->mode == GX_POOL_AVG_ROUND) {
-                    const int32_t n = (int32_t)((y1 - y0) * (x1 - x0));
-                    v = acc > 0 ? (acc + n / 2) / n : (acc - n / 2) / n;
-                } else {
-                    v = gx_mbqm(acc - p->mean_sub, p->mean_mult, p->mean_shift) + p->out_offset;
-                }
-                out[(c * p->oh + oy) * p->ow + ox] = (int8_t)gx_clamp(v, p->act_min, p->act_max);
-            }
-        }
-    }
+    GX_POOL_BODY(int8_t, -129);
 }
 
 /* ------------------------------------------------------------------ argmax */

@@ -107,6 +107,55 @@ GX_INLINE void gx_requant16(const gx_requant16_t *p, const int16_t *in, int16_t 
         out[k] = (int16_t)gx_clamp(gx_mbqm(in[k], p->mult, p->shift), p->act_min, p->act_max);
 }
 
+/* ------------------------------------------------------------------ any function as a table, int16 */
+
+typedef struct {
+    int n;
+    int log2_step;              /* codes per entry: 2^log2_step (4..7) */
+    const int16_t *table;       /* f at the codes -32768 + j 2^log2_step, j = 0 .. 2^(16 - log2_step) */
+    int n_exact;                /* segments stored code by code (a kink, a saturation) */
+    const int16_t *exact_segment;   /* their indices j */
+    const int16_t *exact;           /* [n_exact][2^log2_step] */
+} gx_lut16_t;
+
+/* ops/lut.py lut16 (ours; TFLM has no int16 kernel for these functions): the entry below and above the
+ * code, linearly interpolated with rounding, unless the segment is one stored code by code. out may be in. */
+GX_INLINE void gx_lut16(const gx_lut16_t *p, const int16_t *in, int16_t *out)
+{
+    const int32_t ks = p->log2_step, mask = ((int32_t)1 << ks) - 1, half = (int32_t)1 << (ks - 1);
+    int i;
+    for (i = 0; i < p->n; ++i) {
+        const int32_t u = (int32_t)in[i] + 32768, j = u >> ks, r = u & mask;
+        int e = 0;
+        while (e < p->n_exact && p->exact_segment[e] != j) ++e;
+        if (e < p->n_exact) {
+            out[i] = p->exact[(e << ks) + r];
+        } else {
+            const int32_t a = p->table[j], b = p->table[j + 1];
+            out[i] = (int16_t)(a + (((b - a) * r + half) >> ks));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ leaky relu, int16 */
+
+typedef struct {
+    int n;
+    int32_t mult_identity, mult_alpha;  /* s_in / s_out and alpha s_in / s_out (zero points 0) */
+    int shift_identity, shift_alpha;
+} gx_leakyrelu16_t;
+
+/* TFLM's LEAKY_RELU at int16: x >= 0 rescaled by the identity multiplier, x < 0 by alpha's. out may be in. */
+GX_INLINE void gx_leakyrelu16(const gx_leakyrelu16_t *p, const int16_t *in, int16_t *out)
+{
+    int i;
+    for (i = 0; i < p->n; ++i) {
+        const int32_t x = in[i];
+        out[i] = (int16_t)gx_clamp(x >= 0 ? gx_mbqm(x, p->mult_identity, p->shift_identity)
+                                          : gx_mbqm(x, p->mult_alpha, p->shift_alpha), -32768, 32767);
+    }
+}
+
 /* ------------------------------------------------------------------ add, int16 */
 
 /* ADD 16x8 (TFLM add_common.cc with left_shift 15, zero points 0): out may be a or b. */
@@ -119,6 +168,40 @@ GX_INLINE void gx_add16(const gx_add_t *p, const int16_t *a, const int16_t *b, i
         const int32_t s = gx_mbqm(x1, p->in1_mult, p->in1_shift) + gx_mbqm(x2, p->in2_mult, p->in2_shift);
         out[k] = (int16_t)gx_clamp(gx_mbqm(s, p->out_mult, p->out_shift), p->act_min, p->act_max);
     }
+}
+
+/* ------------------------------------------------------------------ multiply, int16 */
+
+/* TFLM's MUL at int16 (zero points 0): the product of two int16 values fits int32. */
+GX_INLINE void gx_mul16(const gx_mul_t *p, const int16_t *restrict a, const int16_t *restrict b,
+                        int16_t *restrict out)
+{
+    GX_MUL_BODY(int16_t);
+}
+
+/* ------------------------------------------------------------------ constant pad, int16 */
+
+typedef struct {
+    int dims[4], out_dims[4], begin[4];     /* rank padded to 4 with leading 1s */
+    int32_t value;                           /* the pad value's int16 code */
+    int32_t mult;                            /* 0: copy; else the input's rescale to the output (TFLite's Requantize) */
+    int shift;
+} gx_pad16_t;
+
+GX_INLINE void gx_pad16(const gx_pad16_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+#define GX_PAD16_MAP(v) (p->mult ? (int16_t)gx_clamp(gx_mbqm((v), p->mult, p->shift), -32768, 32767) : (v))
+    GX_PAD_BODY(int16_t, GX_PAD16_MAP);
+#undef GX_PAD16_MAP
+}
+
+/* ------------------------------------------------------------------ pooling, int16 */
+
+/* MAX_POOL_2D, AVERAGE_POOL_2D and MEAN at int16 (TFLM's int8 rules with zero points 0; the sum of a window
+ * of int16 fits int32 for the windows ops/pool.py accepts). */
+GX_INLINE void gx_pool16(const gx_pool_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    GX_POOL_BODY(int16_t, -32769);
 }
 
 /* ------------------------------------------------------------------ argmax over int16 */

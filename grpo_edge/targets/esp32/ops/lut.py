@@ -201,6 +201,154 @@ def tflm_requant16(b, i, op):
     b.op(b.tfl.BuiltinOperator.QUANTIZE, [b.act(op.inputs[0])], [b.act(op.output)])
 
 
+# -- 16x8 tables: any smooth or piecewise function FLOAT_FUNCTIONS has, int16 in and out (ours)
+
+LUT16_STEPS = (7, 6, 5, 4, 3)   # codes per table entry 2^k: 513 .. 8,193 entries
+LUT16_MAX_EXACT = 64            # segments stored code by code (a kink, a saturation) at most
+LUT16_BUDGET = 1.0              # |table - f(x) / s_y| in output LSB, on every input code
+
+
+def _lut16_real(x, out, function, params, codes):
+    """f(dequantize(codes)) on the output grid, in float64 and in LSB (not rounded), clamped to int16."""
+    real = float(x.scale) * np.asarray(codes, np.float64)
+    return np.clip(FLOAT_FUNCTIONS[function](real, params) / float(out.scale), -32768.0, 32767.0)
+
+
+def _round16(v):
+    return np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -32768, 32767).astype(np.int64)
+
+
+def lut16_table(x, out, function, params):
+    """The 16x8 table of f between int16 tensors (zero points 0), or None when none fits the budget:
+    for k in LUT16_STEPS, entries at the codes -32768 + j 2^k (j = 0 .. 2^(16-k)) read with linear
+    interpolation, and the segments where that misses f by more than LUT16_BUDGET LSB on some code stored
+    code by code. The smallest such table in bytes wins. Within 1 LSB of f means within 1 LSB of
+    onnxruntime (which rounds f in float32: |ort - f| <= 1/2, so |ours - ort| < 2)."""
+    every = np.arange(-32768, 32768, dtype=np.int64)
+    want = _lut16_real(x, out, function, params, every)
+    best = None
+    for k in LUT16_STEPS:
+        grid = np.arange(-32768, 32769, 1 << k, dtype=np.int64)
+        table = _round16(_lut16_real(x, out, function, params, grid))
+        got = lut16_interpolate(every, table, k)
+        seg_err = np.abs(got - want).reshape(-1, 1 << k).max(axis=1)
+        bad = np.nonzero(seg_err > LUT16_BUDGET)[0]
+        if len(bad) > LUT16_MAX_EXACT:
+            continue
+        exact = _round16(want.reshape(-1, 1 << k)[bad]).reshape(-1)
+        size = 2 * (len(table) + len(exact)) + 2 * len(bad)
+        if best is None or size < best["bytes"]:
+            best = {"log2_step": k, "table": table.astype(np.int16), "exact_segments": bad.astype(np.int16),
+                    "exact": exact.astype(np.int16), "bytes": size}
+    if best is not None:
+        lut = reference_lut16(every.astype(np.int16), best)
+        best["max_lsb"] = float(np.abs(lut - want).max())
+    return best
+
+
+def lut16_interpolate(codes, table, k):
+    u = np.asarray(codes, np.int64) + 32768
+    j, r = u >> k, u & ((1 << k) - 1)
+    a, b = table[j].astype(np.int64), table[j + 1].astype(np.int64)
+    return a + (((b - a) * r + (1 << (k - 1))) >> k)
+
+
+def reference_lut16(x, p):
+    """int16 -> int16: the interpolated table, or the stored codes of an exact segment (gx_lut16)."""
+    k = int(p["log2_step"])
+    y = lut16_interpolate(x, np.asarray(p["table"], np.int64), k)
+    u = R.i64(x) + 32768
+    j, r = u >> k, u & ((1 << k) - 1)
+    exact = np.asarray(p["exact"], np.int64).reshape(-1, 1 << k) if len(p["exact_segments"]) else None
+    for e, seg in enumerate(np.asarray(p["exact_segments"], np.int64)):
+        hit = j == seg
+        y = np.where(hit, exact[e][r], y)
+    return y.astype(np.int16)
+
+
+def emit_lut16(em, i, op, name):
+    a, p = op.attrs, em.p
+    em.data.append("/* %s, int16: %d entries every %d codes, interpolated; %d segments stored code by code */\n"
+                   % (a["function"], len(a["table"]), 1 << a["log2_step"], len(a["exact_segments"]))
+                   + c_array("int16_t", "%s_t%d" % (p, i), a["table"]))
+    seg = exact = "0"
+    if len(a["exact_segments"]):
+        seg, exact = "%s_ts%d" % (p, i), "%s_te%d" % (p, i)
+        em.data.append(c_array("int16_t", seg, a["exact_segments"]) + c_array("int16_t", exact, a["exact"]))
+    em.data.append(c_struct("gx_lut16_t", name, [
+        ("n", em.g.tensors[op.output].size), ("log2_step", a["log2_step"]), ("table", "%s_t%d" % (p, i)),
+        ("n_exact", len(a["exact_segments"])), ("exact_segment", seg), ("exact", exact)]))
+    return "gx_lut16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm_lut16(b, i, op):
+    raise TargetError("no TFLM mapping for an int16 %s (node %r): TFLite Micro's int16 kernels do not include it"
+                      % (op.attrs["function"], op.name))
+
+
+def to_lut16(g, op):
+    """A table op between int16 tensors becomes lut16 (ours), or fails naming the node and the error."""
+    x, y = g.tensors[op.inputs[0]], g.tensors[op.output]
+    f = op.attrs["function"]
+    params = {k: v for k, v in op.attrs.items() if k in ("alpha", "beta", "gamma", "k")}
+    t = lut16_table(x, y, f, params)
+    if t is None:
+        raise ExportError("op %s at node %r: no int16 table within %g LSB of the function with at most %d exact "
+                          "segments (input scale %g, output scale %g)" % (f, op.name, LUT16_BUDGET,
+                                                                          LUT16_MAX_EXACT, x.scale, y.scale))
+    op.kind = "lut16"
+    op.attrs = dict(t, function=f)
+
+
+def to_int16(g, op):
+    """The tables int16_ref.to_16x8 does not convert itself (tanh, sigmoid, relu / clip / requantize and a
+    positive scale have TFLM's rules there): leaky relu of a positive slope as TFLM's LEAKY_RELU, any other
+    function as lut16."""
+    if op.attrs["function"] == "leakyrelu" and op.attrs["alpha"] > 0:
+        to_leakyrelu16(g, op)
+    elif op.attrs["function"] in FLOAT_FUNCTIONS:
+        to_lut16(g, op)
+    else:
+        raise ExportError("op %s at node %r has no int16 (16x8) form here" % (op.attrs["function"], op.name))
+
+
+def leakyrelu16_params(x, out, alpha):
+    """TFLM LEAKY_RELU Prepare: the identity and alpha rescales as quantized multipliers."""
+    a = float(np.float32(alpha))
+    mi, si = R.quantize_multiplier(float(x.scale) / float(out.scale))
+    ma, sa = R.quantize_multiplier(float(x.scale) * a / float(out.scale))
+    return {"alpha": a, "mult_identity": mi, "shift_identity": si, "mult_alpha": ma, "shift_alpha": sa}
+
+
+def reference_leakyrelu16(x, p):
+    """TFLM's QuantizeLeakyRelu at int16 (zero points 0): x >= 0 rescaled by the identity multiplier,
+    x < 0 by alpha's, clamped."""
+    v = R.i64(x)
+    return R.clamp16(np.where(v >= 0, R.mbqm(v, p["mult_identity"], p["shift_identity"]),
+                              R.mbqm(v, p["mult_alpha"], p["shift_alpha"])))
+
+
+def emit_leakyrelu16(em, i, op, name):
+    a = op.attrs
+    em.data.append(c_struct("gx_leakyrelu16_t", name, [
+        ("n", em.g.tensors[op.output].size), ("mult_identity", a["mult_identity"]),
+        ("shift_identity", a["shift_identity"]), ("mult_alpha", a["mult_alpha"]), ("shift_alpha", a["shift_alpha"])]))
+    return "gx_leakyrelu16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm_leakyrelu16(b, i, op):
+    o = b.tfl.LeakyReluOptionsT()
+    o.alpha = op.attrs["alpha"]
+    b.op(b.tfl.BuiltinOperator.LEAKY_RELU, [b.act(op.inputs[0])], [b.act(op.output)],
+         b.tfl.BuiltinOptions.LeakyReluOptions, o)
+
+
+def to_leakyrelu16(g, op):
+    x, y = g.tensors[op.inputs[0]], g.tensors[op.output]
+    op.kind = "leakyrelu16"
+    op.attrs = leakyrelu16_params(x, y, op.attrs["alpha"])
+
+
 # -- the ONNX rules: check the node, compute the kernel's parameters once (TFLM's Prepare)
 
 def _elementwise(p, node, function, lo=None, hi=None, params=None):
@@ -354,11 +502,14 @@ def from_softsign(p, node):
     _elementwise(p, node, "softsign")
 
 
-SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs, in_place=True),
+SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs, in_place=True, to_int16=to_int16),
          OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True),
          OpSpec("sigmoid16", reference_sigmoid16, emit_sigmoid16, tflm_sigmoid16, elementwise_macs, int16=True),
          OpSpec("requant16", reference_requant16, emit_requant16, tflm_requant16, elementwise_macs, int16=True,
-                in_place=True)]
+                in_place=True),
+         OpSpec("lut16", reference_lut16, emit_lut16, tflm_lut16, elementwise_macs, int16=True, in_place=True),
+         OpSpec("leakyrelu16", reference_leakyrelu16, emit_leakyrelu16, tflm_leakyrelu16, elementwise_macs,
+                int16=True, in_place=True)]
 
 ONNX = {"QuantizeLinear": from_quantize_linear, "Relu": from_relu, "Clip": from_clip, "Tanh": from_tanh, "Sigmoid": from_sigmoid,
         "HardSwish": from_hard_swish, "Gelu": from_gelu, "FastGelu": from_fast_gelu, "HardSigmoid": from_hard_sigmoid,

@@ -2,7 +2,8 @@
 (1, C, 1, 1) times a feature map; two branches multiplied). TFLite MUL's int8 rule: acc = (a - za)(b - zb),
 out = mbqm(acc, sa sb / sy) + zy, clamped (gx_mul in csrc/gx_kernels.h, broadcast through zero strides).
 A product with a constant scalar is a table instead (ops/lut.py). NumPy reference, C emission, TFLite Micro
-mapping (MUL), MACs (one per output element).
+mapping (MUL), MACs (one per output element). The 16x8 form (mul16) is TFLM's MUL at int16: zero points 0,
+the same multiplier, an int16 clamp.
 """
 import numpy as np
 
@@ -14,10 +15,21 @@ from ..parse import label
 from . import OpSpec, elementwise_macs
 
 
-def reference(a, b, p):
+def reference(a, b, p, clamp=R.clamp8):
     acc = R.check_int32((R.i64(a) + p["a_offset"]) * (R.i64(b) + p["b_offset"]), "mul product")
-    return R.clamp8(R.mbqm(acc, p["multiplier"], p["shift"]) + p["output_offset"], p["activation_min"],
-                    p["activation_max"])
+    return clamp(R.mbqm(acc, p["multiplier"], p["shift"]) + p["output_offset"], p["activation_min"],
+                 p["activation_max"])
+
+
+def reference16(a, b, p):
+    """MUL 16x8: the int8 rule with zero points 0 and an int16 clamp (TFLM's MUL at int16)."""
+    return reference(a, b, p, clamp=R.clamp16)
+
+
+def to_mul16(g, op):
+    """The int8 mul of two int16 activations (zero points 0): the same multiplier, the int16 range."""
+    op.kind = "mul16"
+    op.attrs.update(a_offset=0, b_offset=0, output_offset=0, activation_min=-32768, activation_max=32767)
 
 
 def _strides(shape, out):
@@ -28,7 +40,11 @@ def _strides(shape, out):
     return [0] * (4 - len(out)) + st
 
 
-def emit(em, i, op, name):
+def emit16(em, i, op, name):
+    return emit(em, i, op, name, kernel="gx_mul16")
+
+
+def emit(em, i, op, name, kernel="gx_mul"):
     a, g = op.attrs, em.g
     out = g.tensors[op.output].shape
     sa, sb = (_strides(g.tensors[t].shape, out) for t in op.inputs)
@@ -37,7 +53,7 @@ def emit(em, i, op, name):
         ("a_stride", "{%s}" % ", ".join(map(str, sa))), ("b_stride", "{%s}" % ", ".join(map(str, sb))),
         ("a_offset", a["a_offset"]), ("b_offset", a["b_offset"]), ("mult", a["multiplier"]), ("shift", a["shift"]),
         ("out_offset", a["output_offset"]), ("act_min", a["activation_min"]), ("act_max", a["activation_max"])]))
-    return "gx_mul(&%s, %s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.inputs[1]), em.ptr(op.output))
+    return "%s(&%s, %s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.inputs[1]), em.ptr(op.output))
 
 
 def tflm(b, i, op):
@@ -67,6 +83,7 @@ def from_activations(p, node):
     p.add_op("mul", node, [a.name, b.name], shape, product_params(p, node, a, b))
 
 
-SPECS = [OpSpec("mul", reference, emit, tflm, elementwise_macs)]
+SPECS = [OpSpec("mul", reference, emit, tflm, elementwise_macs, to_int16=to_mul16),
+         OpSpec("mul16", reference16, emit16, tflm, elementwise_macs, int16=True)]
 
 ONNX = {}

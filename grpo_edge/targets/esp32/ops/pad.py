@@ -3,7 +3,8 @@ csrc/gx_kernels.h fills the output with the pad value's code, then copies the in
 gives the output other parameters than the input, the rows go through a requantization table (TFLM's
 QUANTIZE rule, ops/lut.requant_table). NumPy reference, C
 emission, TFLite Micro mapping (PAD when the value is the zero point, else PADV2; NHWC order for 4-D), MACs
-(one per output element).
+(one per output element). The 16x8 form (pad16): the value's int16 code, a rescale (TFLite's Requantize) when
+the parameters differ.
 """
 import numpy as np
 
@@ -21,25 +22,50 @@ def reference(x, p):
     return np.pad(x, p["widths"], mode="constant", constant_values=p["value"])
 
 
-def emit(em, i, op, name):
+def reference16(x, p):
+    """int16: the input rescaled when its parameters differ (TFLite's Requantize; multiplier 0: copied)."""
+    if p["multiplier"]:
+        x = R.clamp16(R.mbqm(R.i64(x), p["multiplier"], p["shift"]))
+    return np.pad(x, p["widths"], mode="constant", constant_values=p["value"])
+
+
+def to_pad16(g, op):
+    """The int8 pad between int16 tensors (zero points 0): the pad value's int16 code, the rescale."""
+    x, y = g.tensors[op.inputs[0]], g.tensors[op.output]
+    m, s = (0, 0) if x.scale == y.scale else R.quantize_multiplier(float(x.scale) / float(y.scale))
+    code = int(R.quantize(np.array([op.attrs["real_value"]], np.float32), y.scale, 0, "int16").reshape(-1)[0])
+    op.kind = "pad16"
+    op.attrs = {"widths": op.attrs["widths"], "value": code, "multiplier": m, "shift": s,
+                "real_value": op.attrs["real_value"]}
+
+
+def _dims(em, op):
     a = op.attrs
     shape, out = em.g.tensors[op.inputs[0]].shape, em.g.tensors[op.output].shape
     pad = 4 - len(shape)
-    dims = [1] * pad + list(shape)
-    odims = [1] * pad + list(out)
-    begin = [0] * pad + [w[0] for w in a["widths"]]
+    return [("dims", "{%s}" % ", ".join(map(str, [1] * pad + list(shape)))),
+            ("out_dims", "{%s}" % ", ".join(map(str, [1] * pad + list(out)))),
+            ("begin", "{%s}" % ", ".join(map(str, [0] * pad + [w[0] for w in a["widths"]])))]
+
+
+def emit16(em, i, op, name):
+    a = op.attrs
+    em.data.append(c_struct("gx_pad16_t", name, _dims(em, op) + [("value", a["value"]), ("mult", a["multiplier"]),
+                                                                ("shift", a["shift"])]))
+    return "gx_pad16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def emit(em, i, op, name):
+    a = op.attrs
     table = "0"
     if a["table"] is not None:
         table = "%s_t%d" % (em.p, i)
         em.data.append(c_array("int8_t", table, a["table"]))
-    em.data.append(c_struct("gx_pad_t", name, [("dims", "{%s}" % ", ".join(map(str, dims))),
-                                               ("out_dims", "{%s}" % ", ".join(map(str, odims))),
-                                               ("begin", "{%s}" % ", ".join(map(str, begin))), ("value", a["value"]),
-                                               ("table", table)]))
+    em.data.append(c_struct("gx_pad_t", name, _dims(em, op) + [("value", a["value"]), ("table", table)]))
     return "gx_pad(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
 
 
-def tflm(b, i, op):
+def tflm(b, i, op, dtype="int8"):
     tfl, a = b.tfl, op.attrs
     widths = [list(w) for w in a["widths"]]
     if len(widths) == 4:
@@ -47,14 +73,14 @@ def tflm(b, i, op):
     pt = b.const(np.array(widths, np.int32), "pads%d" % i, tfl.TensorType.INT32)
     out = b.g.tensors[op.output]
     x = b.act(op.inputs[0])
-    if a["table"] is not None:              # to the output's parameters first
+    if a.get("table") is not None or a.get("multiplier"):     # to the output's parameters first
         t = b.act("pad%d_in" % i, b.t[op.inputs[0]].shape, out.scale, out.zero_point)
         b.op(tfl.BuiltinOperator.QUANTIZE, [x], [t])
         x = t
     if a["value"] == out.zero_point:
         b.op(tfl.BuiltinOperator.PAD, [x, pt], [b.act(op.output)])
         return
-    v = b.const(np.array([a["value"]], np.int8), "padv%d" % i, tfl.TensorType.INT8)
+    v = b.const(np.array([a["value"]], dtype), "padv%d" % i, tfl.TensorType.INT8 if dtype == "int8" else tfl.TensorType.INT16)
     v.quantization = b.me.Quantization(scales=[float(out.scale)], zero_points=[int(out.zero_point)])
     b.op(tfl.BuiltinOperator.PADV2, [x, pt, v], [b.act(op.output)])
 
@@ -92,9 +118,16 @@ def from_pad(p, node):
     same = scale == x.scale and zp == x.zero_point
     table = None if same else requant_table(x, TensorInfo(name, shape, scale, zp), -128, 127)
     code = int(R.quantize(np.array([value], np.float32), scale, zp, "int8").reshape(-1)[0])
-    p.add_op("pad", node, [x.name], shape, {"widths": tuple(widths), "value": code, "table": table})
+    p.add_op("pad", node, [x.name], shape, {"widths": tuple(widths), "value": code, "table": table,
+                                            "real_value": value})
 
 
-SPECS = [OpSpec("pad", reference, emit, tflm, elementwise_macs)]
+def tflm16(b, i, op):
+    """PAD / PADV2 at int16 (TFLM's pad takes int16)."""
+    tflm(b, i, op, dtype="int16")
+
+
+SPECS = [OpSpec("pad", reference, emit, tflm, elementwise_macs, to_int16=to_pad16),
+         OpSpec("pad16", reference16, emit16, tflm16, elementwise_macs, int16=True)]
 
 ONNX = {"Pad": from_pad}

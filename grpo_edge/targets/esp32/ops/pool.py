@@ -1,4 +1,5 @@
-"""Pooling, int8: max, average (AVERAGE_POOL_2D rounding) and MEAN (global average, any in/out params).
+"""Pooling, int8 and 16x8: max, average (AVERAGE_POOL_2D rounding) and MEAN (global average, any in/out
+params); the 16x8 kinds (maxpool16, avgpool16) are the same rules with zero points 0 and the int16 range.
 
 NumPy reference, C emission (gx_pool), TFLite Micro mapping (MAX_POOL_2D, AVERAGE_POOL_2D, MEAN), MACs
 (one per output element).
@@ -9,20 +10,41 @@ from grpo_edge.errors import ExportError, TargetError
 
 from ..codegen import c_struct
 from ..tflm import nhwc
-from ..reference import check_int32, clamp8, i64, mbqm, pool_windows
+from ..reference import check_int32, clamp8, clamp16, i64, mbqm, pool_windows
 from .. import reference as R
 from ..ir import Op, TensorInfo
 from ..parse import attr, label, pads as onnx_pads
 from . import OpSpec, elementwise_macs
 
 
-def reference_max(x, p):
+def reference_max(x, p, clamp=clamp8):
     """MAX_POOL_2D int8: max over the valid taps, then the activation clamp (same in/out params)."""
     win, _ = pool_windows(i64(x), p, -(1 << 20))
-    return clamp8(win.max(axis=(4, 5)), p["activation_min"], p["activation_max"])
+    return clamp(win.max(axis=(4, 5)), p["activation_min"], p["activation_max"])
 
 
-def reference_avg(x, p):
+def reference_max16(x, p):
+    return reference_max(x, p, clamp16)
+
+
+def reference_avg16(x, p):
+    return reference_avg(x, p, clamp16)
+
+
+MAX_WINDOW16 = 65536          # taps whose int16 sum fits int32
+
+
+def to_pool16(g, op):
+    """A max / average pool or mean between int16 tensors (zero points 0): the int8 rules at the int16 range."""
+    a = op.attrs
+    if int(a["kernel"][0]) * int(a["kernel"][1]) >= MAX_WINDOW16:
+        raise ExportError("%s node %r: a window of %d taps; at int16 the sum fits int32 below %d"
+                          % (op.kind, op.name, a["kernel"][0] * a["kernel"][1], MAX_WINDOW16))
+    op.kind += "16"
+    a["activation_min"], a["activation_max"] = -32768, 32767
+
+
+def reference_avg(x, p, clamp=clamp8):
     """Average pooling, two rules (chosen at parse time from the quantization parameters):
 
     - "round_div" (AVERAGE_POOL_2D int8, same in/out params): sum of raw q over valid taps,
@@ -36,13 +58,13 @@ def reference_avg(x, p):
         half = cnt // 2
         num = np.where(acc > 0, acc + half, acc - half)
         q = np.where(num >= 0, num // cnt, -((-num) // cnt))  # truncate toward zero
-        return clamp8(q, p["activation_min"], p["activation_max"])
+        return clamp(q, p["activation_min"], p["activation_max"])
     shifted = check_int32(acc - p["input_zero_point"] * p["count"], "mean sum")
     out = mbqm(shifted, p["mean_multiplier"], p["mean_shift"]) + p["output_offset"]
-    return clamp8(out, p["activation_min"], p["activation_max"])
+    return clamp(out, p["activation_min"], p["activation_max"])
 
 
-def _emit_pool(em, i, op, name, mode, extra, lo, hi):
+def _emit_pool(em, i, op, name, mode, extra, lo, hi, kernel="gx_pool"):
     a = op.attrs
     _, C, H, W = em.g.tensors[op.inputs[0]].shape
     out = em.g.tensors[op.output].shape
@@ -51,30 +73,38 @@ def _emit_pool(em, i, op, name, mode, extra, lo, hi):
         ("c", C), ("h", H), ("w", W), ("oh", OH), ("ow", OW), ("kh", a["kernel"][0]), ("kw", a["kernel"][1]),
         ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]),
         ("mode", mode)] + extra + [("act_min", lo), ("act_max", hi)]))
-    return "gx_pool(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    return "%s(&%s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.output))
 
 
-def emit_max(em, i, op, name):
+def emit_max(em, i, op, name, kernel="gx_pool"):
     a = op.attrs
-    return _emit_pool(em, i, op, name, "GX_POOL_MAX", [], a["activation_min"], a["activation_max"])
+    return _emit_pool(em, i, op, name, "GX_POOL_MAX", [], a["activation_min"], a["activation_max"], kernel)
 
 
-def emit_avg(em, i, op, name):
+def emit_avg(em, i, op, name, kernel="gx_pool", qmin=-128, qmax=127):
     a = op.attrs
-    lo, hi = max(-128, a["activation_min"]), min(127, a["activation_max"])
+    lo, hi = max(qmin, a["activation_min"]), min(qmax, a["activation_max"])
     if a["mode"] == "round_div":
-        return _emit_pool(em, i, op, name, "GX_POOL_AVG_ROUND", [], lo, hi)
+        return _emit_pool(em, i, op, name, "GX_POOL_AVG_ROUND", [], lo, hi, kernel)
     # MEAN int8: (sum - zp_in * count) * multiplier (1/count folded in) + zp_out.
     extra = [("mean_mult", a["mean_multiplier"]), ("mean_shift", a["mean_shift"]),
              ("mean_sub", a["input_zero_point"] * a["count"]), ("out_offset", a["output_offset"])]
-    return _emit_pool(em, i, op, name, "GX_POOL_MEAN", extra, lo, hi)
+    return _emit_pool(em, i, op, name, "GX_POOL_MEAN", extra, lo, hi, kernel)
+
+
+def emit_max16(em, i, op, name):
+    return emit_max(em, i, op, name, "gx_pool16")
+
+
+def emit_avg16(em, i, op, name):
+    return emit_avg(em, i, op, name, "gx_pool16", -32768, 32767)
 
 
 def tflm(b, i, op):
     tfl, B, g, a = b.tfl, b.tfl.BuiltinOperator, b.g, op.attrs
     x, out = op.inputs[0], g.tensors[op.output]
     C, H, W = g.tensors[x].shape[1:]
-    if op.kind == "avgpool" and a["mode"] == "mean":
+    if op.kind in ("avgpool", "avgpool16") and a["mode"] == "mean":
         if tuple(a["kernel"]) != (H, W) or any(a["pads"]):
             raise TargetError("TFLM has no requantizing average pool (node %r)" % op.name)
         axis = b.const(np.array([1, 2], np.int32), "axis%d" % i, tfl.TensorType.INT32)
@@ -86,7 +116,7 @@ def tflm(b, i, op):
     if pad is None:
         raise TargetError("TFLM pooling needs SAME or VALID padding (node %r)" % op.name)
     kh, kw = a["kernel"]
-    b.op(B.MAX_POOL_2D if op.kind == "maxpool" else B.AVERAGE_POOL_2D, [b.act(x)], [b.act(op.output)],
+    b.op(B.MAX_POOL_2D if op.kind in ("maxpool", "maxpool16") else B.AVERAGE_POOL_2D, [b.act(x)], [b.act(op.output)],
             tfl.BuiltinOptions.Pool2DOptions,
             tfl.Pool2DOptionsT(padding=pad, strideW=a["strides"][1], strideH=a["strides"][0],
                                filterWidth=kw, filterHeight=kh))
@@ -233,8 +263,10 @@ def from_global_max_pool(p, node):
           onnx_shape=(1, x.shape[1], 1) if len(x.shape) == 3 else None)
 
 
-SPECS = [OpSpec("maxpool", reference_max, emit_max, tflm, elementwise_macs),
-         OpSpec("avgpool", reference_avg, emit_avg, tflm, elementwise_macs)]
+SPECS = [OpSpec("maxpool", reference_max, emit_max, tflm, elementwise_macs, to_int16=to_pool16),
+         OpSpec("avgpool", reference_avg, emit_avg, tflm, elementwise_macs, to_int16=to_pool16),
+         OpSpec("maxpool16", reference_max16, emit_max16, tflm, elementwise_macs, int16=True),
+         OpSpec("avgpool16", reference_avg16, emit_avg16, tflm, elementwise_macs, int16=True)]
 
 ONNX = {"MaxPool": from_max_pool, "AveragePool": from_average_pool, "GlobalAveragePool": from_global_average_pool,
         "GlobalMaxPool": from_global_max_pool, "ReduceMean": from_reduce_mean, "ReduceMax": from_reduce_max,
