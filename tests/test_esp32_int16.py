@@ -171,6 +171,22 @@ def make_pool16(rng, kind):
     return _graph([x, y], [Op("maxpool16" if kind == "max" else "avgpool16", kind, ["x"], "y", a)])
 
 
+def make_layernorm16(rng):
+    """A layer norm over the last axis of (1, rows, d) int16: random gamma / beta, epsilon from 0 to large, an
+    output scale around the normalized range (saturating sometimes)."""
+    rows, d = int(rng.integers(1, 5)), int(rng.choice([1, 2, 3, 8, 17, 64, 300, 1024]))
+    s_in = 10 ** rng.uniform(-5, -2)
+    eps = int(rng.choice([0, 1, int(d ** 3 * 1e-5 / s_in ** 2)]))
+    s_g = rng.uniform(0.001, 0.02, d)
+    mult, shift = zip(*[R.quantize_multiplier(float(sg) / 65536.0 / (4 * 127 * 0.02 / 32767 * 10 ** rng.uniform(-1, 0.5)))
+                        for sg in s_g])
+    x, y = _t16("x", (1, rows, d), s_in), _t16("y", (1, rows, d), 1.0)
+    a = {"d": d, "eps": eps, "gamma": rng.integers(-127, 128, d).astype(np.int8),
+         "bias": rng.integers(-(1 << 22), 1 << 22, d).astype(np.int32), "multiplier": np.array(mult, np.int32),
+         "shift": np.array(shift, np.int32), "output_offset": 0, "activation_min": -32768, "activation_max": 32767}
+    return _graph([x, y], [Op("layernorm16", "ln", ["x"], "y", a)])
+
+
 # scales for the exhaustive tanh: 2^-12 and 2^-11 (TFLM's input_multiplier == 0 case), 2^-10 (a power
 # of two outside it), a calibrated hidden-layer scale, a coarse one, and 8.0 (the int64 rescale path)
 EXHAUSTIVE_LUT16 = ("gelu", "hardswish", "softplus", "leakyrelu", "scale")
@@ -197,6 +213,7 @@ def _cases():
     cases += [("mul%d" % i, make_mul16(rng)) for i in range(10)]
     cases += [("pad%d" % i, make_pad16(rng)) for i in range(10)]
     cases += [("pool_%s%d" % (k, i), make_pool16(rng, k)) for k in ("max", "avg", "mean") for i in range(6)]
+    cases += [("ln%d" % i, make_layernorm16(rng)) for i in range(16)]
     return cases
 
 
@@ -424,6 +441,40 @@ def test_16x8_pools_deploy_bit_exact_within_one_lsb(tmp_path):
     f, per_op = _deploy16(tmp_path, Net(), "pool", False)
     assert {"maxpool16", "avgpool16"} <= set(per_op), per_op
     assert f["decision_agreement_fp32"] >= 0.99
+
+
+def test_layernorm16_rows_of_equal_values_and_full_range_rows():
+    """A row of equal values normalizes to 0 (sigma 0); a row of -32768 / 32767 to +-1 (times gamma)."""
+    from grpo_edge.targets.esp32.ops.layer_norm import reference16
+    d = 8
+    p = {"d": d, "eps": 0, "gamma": np.full(d, 127, np.int8), "bias": np.zeros(d, np.int32),
+         "multiplier": np.full(d, 1 << 30, np.int32), "shift": np.full(d, -10, np.int32), "output_offset": 0,
+         "activation_min": -32768, "activation_max": 32767}
+    x = np.array([[5] * d, [-32768, 32767] * (d // 2)], np.int16)
+    y = reference16(x, p).astype(np.int64)
+    assert (y[0] == 0).all()
+    one = round(65536 * 127 / 2 / 1024)                        # n = +-2^16, times 127, times 2^-11
+    assert (np.abs(y[1]) == one).all() and y[1][0] < 0 < y[1][1]
+
+
+def test_16x8_issue_mlp_with_two_layernorm_gelu_blocks_deploys_bit_exact(tmp_path):
+    """The issue's MLP (two Linear -> LayerNorm -> GELU blocks, torch's exporter) in 16x8: layernorm16 and
+    lut16, bit-exact on host and rv32, every op within 1 LSB of onnxruntime."""
+    import torch
+    F = torch.nn.functional
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.d = torch.nn.Linear(6, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 3)
+            self.n1, self.n2 = torch.nn.LayerNorm(32), torch.nn.LayerNorm(32)
+
+        def forward(self, x):
+            return self.d(F.gelu(self.n2(self.b(F.gelu(self.n1(self.a(x)))))))
+    f, per_op = _deploy16(tmp_path, Net(), "ln", False)
+    assert len(per_op["layernorm16"]) == 2 and len(per_op["lut16"]) == 2, per_op
+    assert f["decision_agreement_fp32"] >= 0.98
 
 
 def test_int8_constant_add_operand_becomes_int16_in_a_16x8_graph():

@@ -204,6 +204,40 @@ GX_INLINE void gx_pool16(const gx_pool_t *p, const int16_t *restrict in, int16_t
     GX_POOL_BODY(int16_t, -32769);
 }
 
+/* ------------------------------------------------------------------ layer norm, int16 */
+
+/* Layer norm, int16 in and out (ops/layer_norm.py, ours): e = d x - sum(x), v = (sum e^2 + eps) / d, scaled
+ * by 4^t so that sigma = isqrt(v 4^t) = std(e) 2^t lies in [2^30, 2^31); n = round(e floor(2^62 / sigma)
+ * / 2^(46 - t)) = the normalized value in Q16, then out = requant(n gamma + beta). */
+GX_INLINE void gx_layernorm16(const gx_layernorm_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    int r, k;
+    for (r = 0; r < p->rows; ++r) {
+        const int16_t *x = in + (long)r * p->d;
+        int16_t *y = out + (long)r * p->d;
+        int64_t sum = 0, rec;
+        uint64_t ss = 0, v;
+        uint32_t sigma;
+        int t = 31, bits = 0, sh;
+        for (k = 0; k < p->d; ++k) sum += x[k];
+        for (k = 0; k < p->d; ++k) {
+            const int64_t e = (int64_t)p->d * x[k] - sum;
+            ss += (uint64_t)(e * e);
+        }
+        v = (ss + (uint64_t)p->eps) / (uint64_t)p->d;
+        while (bits < 64 && (v >> bits) != 0) ++bits;
+        if (bits) t = (62 - bits) / 2;
+        sigma = gx_isqrt64(v << (2 * t));
+        rec = sigma ? (int64_t)(((uint64_t)1 << 62) / sigma) : 0;
+        sh = 46 - t;
+        for (k = 0; k < p->d; ++k) {
+            const int64_t e = (int64_t)p->d * x[k] - sum;
+            const int32_t n = (int32_t)((e * rec + ((int64_t)1 << (sh - 1))) >> sh);
+            y[k] = (int16_t)gx_requant(n * (int32_t)p->gamma[k] + p->q.bias[k], &p->q, k);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ argmax over int16 */
 
 /* First index of the maximum of n int16 values, stored as int8. */

@@ -9,7 +9,11 @@ csrc/gx_kernels.h):
     out_k = clamp(mbqm(n_k gamma_k + B_k, M_k) + zp_out)
 with gamma int8 (onnxruntime's quantized weight), B_k = round(beta_k / s_gamma_k 2^16) and M_k = s_gamma_k /
 (s_out 2^16). onnxruntime computes the same function in float between the model's Q / DQ pairs: the two
-agree within 1 LSB (tests/test_esp32_common_ops.py). No TFLite Micro mapping; no 16x8 kernel.
+agree within 1 LSB (tests/test_esp32_common_ops.py). No TFLite Micro mapping.
+
+The 16x8 form (layernorm16, gx_layernorm16 in csrc/gx_kernels16.h) keeps the steps but not the fixed
+2^8 scaling of sigma: an int16 input's e reaches d 2^16, so the variance v = (sum e^2 + eps) / d is scaled by
+4^t into [2^60, 2^62) row by row and sigma = isqrt(v 4^t) = std(e) 2^t keeps 31 bits.
 """
 import numpy as np
 
@@ -37,14 +41,56 @@ def reference(x, p):
     return R.requantize(acc, p, 1).reshape(np.shape(x))
 
 
-def emit(em, i, op, name):
+MAX_D16 = 1024       # at int16, sum e^2 < d^3 2^32 stays in int64
+
+
+def bit_length(v):
+    """Bits of non-negative int64 values (0 for 0), exactly."""
+    v = np.asarray(v, np.int64)
+    return sum(((v >> k) > 0).astype(np.int64) for k in range(63))
+
+
+def reference16(x, p):
+    """Layer norm at int16 (zero points 0; ours, gx_layernorm16): the variance v = (sum e^2 + eps) / d scaled
+    by 4^t into [2^60, 2^62) so that sigma = isqrt(v 4^t) keeps 31 bits, whatever the input's spread; the
+    normalized value e / std(e) in Q16 from floor(2^62 / sigma), then the int8 kernel's affine and requantize."""
+    D = int(p["d"])
+    xs = R.i64(x).reshape(-1, D)
+    e = D * xs - xs.sum(axis=1, keepdims=True)
+    v = ((e * e).sum(axis=1) + int(p["eps"])) // D
+    bits = bit_length(v)
+    t = np.where(bits > 0, (62 - bits) // 2, 31)
+    sigma = isqrt64(np.where(bits > 0, v << (2 * t), 0))
+    rec = np.where(sigma > 0, (np.int64(1) << 62) // np.maximum(sigma, 1), 0).reshape(-1, 1)
+    sh = (46 - t).reshape(-1, 1)
+    n = (e * rec + (np.int64(1) << (sh - 1))) >> sh
+    acc = R.check_int32(n * R.i64(p["gamma"]).reshape(1, D) + R.i64(p["bias"]).reshape(1, D), "accumulator")
+    out = R.mbqm(acc, R.i64(p["multiplier"]).reshape(1, D), R.i64(p["shift"]).reshape(1, D))
+    return R.clamp16(out, p["activation_min"], p["activation_max"]).reshape(np.shape(x))
+
+
+def to_int16(g, op):
+    """The int8 layer norm between int16 tensors (zero points 0): the int16 range, the int64 bound checked."""
+    a, D = op.attrs, int(op.attrs["d"])
+    if D > MAX_D16 or int(a["eps"]) + D ** 3 * (1 << 32) >= 1 << 63:
+        raise ExportError("layer norm node %r over %d values with eps %d: at int16 the kernel's int64 variance "
+                          "needs d <= %d and a smaller epsilon / input scale^2" % (op.name, D, a["eps"], MAX_D16))
+    op.kind = "layernorm16"
+    a["output_offset"], a["activation_min"], a["activation_max"] = 0, -32768, 32767
+
+
+def emit16(em, i, op, name):
+    return emit(em, i, op, name, kernel="gx_layernorm16")
+
+
+def emit(em, i, op, name, kernel="gx_layernorm"):
     a, p = op.attrs, em.p
     em.arrays(i, a, a["gamma"], a["bias"])
     size = em.g.tensors[op.output].size
     em.data.append(c_struct("gx_layernorm_t", name, [
         ("rows", size // int(a["d"])), ("d", int(a["d"])), ("eps", "(int64_t)%dLL" % int(a["eps"])),
         ("gamma", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
-    return "gx_layernorm(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    return "%s(&%s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.output))
 
 
 def tflm(b, i, op):
@@ -97,6 +143,7 @@ def from_layer_normalization(p, node):
     p.add_op("layernorm", node, [x.name], x.shape, attrs)
 
 
-SPECS = [OpSpec("layernorm", reference, emit, tflm, macs)]
+SPECS = [OpSpec("layernorm", reference, emit, tflm, macs, to_int16=to_int16),
+         OpSpec("layernorm16", reference16, emit16, tflm, macs, int16=True)]
 
 ONNX = {"LayerNormalization": from_layer_normalization}
