@@ -187,6 +187,70 @@ def make_layernorm16(rng):
     return _graph([x, y], [Op("layernorm16", "ln", ["x"], "y", a)])
 
 
+def make_moves16(rng, kind):
+    """transpose16 / slice16 of a random (1, a, b, c) int16 tensor, or concat16 of it and its requantized copy
+    along a random axis (one part rescaled, one copied)."""
+    shape = (1,) + tuple(int(v) for v in rng.integers(1, 6, 3))
+    s_in = 10 ** rng.uniform(-5, -2)
+    x = _t16("x", shape, s_in)
+    if kind == "transpose":
+        perm = (0,) + tuple(int(v) + 1 for v in rng.permutation(3))
+        y = _t16("y", tuple(shape[k] for k in perm), s_in)
+        return _graph([x, y], [Op("transpose16", "tr", ["x"], "y", {"perm": perm})])
+    axis = int(rng.integers(1, 4))
+    if kind == "slice":
+        start = int(rng.integers(0, shape[axis]))
+        length = int(rng.integers(1, shape[axis] - start + 1))
+        y = _t16("y", tuple(length if k == axis else d for k, d in enumerate(shape)), s_in)
+        return _graph([x, y], [Op("slice16", "sl", ["x"], "y", {"axis": axis, "start": start, "length": length})])
+    h = _t16("h", shape, s_in * 10 ** rng.uniform(-1, 1))
+    y = _t16("y", tuple(2 * d if k == axis else d for k, d in enumerate(shape)), float(h.scale))
+    m, sh = R.quantize_multiplier(float(x.scale) / float(h.scale))
+    return _graph([x, h, y], [
+        Op("requant16", "rq", ["x"], "h", {"function": "requantize", "multiplier": m, "shift": sh,
+                                          "act_min": -32768, "act_max": 32767}),
+        Op("concat16", "cat", ["x", "h"], "y", {"axis": axis, "rescale": [(m, sh), (0, 0)], "constants": {}})])
+
+
+def make_log_softmax16(rng):
+    """A 16x8 log-softmax over the last axis of (1, rows, n) int16 at a random input scale (differences of
+    up to 65,535 codes: beyond Q5.26's -32 for most scales)."""
+    from grpo_edge.targets.esp32.log_softmax_ref import OUTPUT_SCALE16, log_softmax_params
+    rows, n = int(rng.integers(1, 4)), int(rng.integers(1, 40))
+    x, y = _t16("x", (1, rows, n), 10 ** rng.uniform(-5, -2)), _t16("y", (1, rows, n), OUTPUT_SCALE16)
+    return _graph([x, y], [Op("log_softmax16", "lsm", ["x"], "y", log_softmax_params(x, y, int16=True))])
+
+
+def make_conv16(rng):
+    """A conv16 of a random (1, C, H, W) int16 input: plain, depthwise (a multiplier of 1 or 2) or grouped,
+    strides, dilations, padding; weights whose accumulator bound fits int32."""
+    kind = ("plain", "depthwise", "grouped")[int(rng.integers(0, 3))]
+    c = int(rng.integers(1, 5)) * (2 if kind == "grouped" else 1)
+    groups = {"plain": 1, "depthwise": c, "grouped": 2}[kind]
+    oc = {"plain": int(rng.integers(1, 6)), "depthwise": c * int(rng.integers(1, 3)), "grouped": 2 * int(rng.integers(1, 3))}[kind]
+    h, w = (int(v) for v in rng.integers(3, 8, 2))
+    kh, kw = (int(v) for v in rng.integers(1, 4, 2))
+    st, dl = tuple(int(v) for v in rng.integers(1, 3, 2)), tuple(int(v) for v in rng.integers(1, 3, 2))
+    pads = tuple(int(v) for v in rng.integers(0, 2, 4))
+    oh = (h + pads[0] + pads[2] - dl[0] * (kh - 1) - 1) // st[0] + 1
+    ow = (w + pads[1] + pads[3] - dl[1] * (kw - 1) - 1) // st[1] + 1
+    if oh < 1 or ow < 1:
+        pads, st, dl = (1, 1, 1, 1), (1, 1), (1, 1)
+        oh, ow = h + 3 - kh, w + 3 - kw
+    s_in = 10 ** rng.uniform(-5, -2)
+    weights = rng.integers(-127, 128, size=(oc, c // groups, kh, kw)).astype(np.int8)
+    s_w = rng.uniform(0.001, 0.05, oc)
+    taps = np.abs(weights.astype(np.int64)).reshape(oc, -1).sum(axis=1)
+    s_out = float(np.float32(s_in * s_w.max() * 32768 * taps.max() / 32767 * 10 ** rng.uniform(-1.5, 0)))
+    mult, shift = zip(*[R.quantize_multiplier(float(np.float32(s_in)) * float(sw) / s_out) for sw in s_w])
+    x, y = _t16("x", (1, c, h, w), s_in), _t16("y", (1, oc, oh, ow), s_out)
+    a = {"weights": weights, "bias": rng.integers(-(1 << 20), 1 << 20, oc).astype(np.int32), "input_offset": 0,
+         "strides": st, "dilations": dl, "pads": pads, "group": groups, "weight_scales": s_w.astype(np.float32),
+         "multiplier": np.array(mult, np.int32), "shift": np.array(shift, np.int32), "output_offset": 0,
+         "activation_min": -32768, "activation_max": 32767}
+    return _graph([x, y], [Op("conv16", "conv", ["x"], "y", a)])
+
+
 # scales for the exhaustive tanh: 2^-12 and 2^-11 (TFLM's input_multiplier == 0 case), 2^-10 (a power
 # of two outside it), a calibrated hidden-layer scale, a coarse one, and 8.0 (the int64 rescale path)
 EXHAUSTIVE_LUT16 = ("gelu", "hardswish", "softplus", "leakyrelu", "scale")
@@ -214,6 +278,9 @@ def _cases():
     cases += [("pad%d" % i, make_pad16(rng)) for i in range(10)]
     cases += [("pool_%s%d" % (k, i), make_pool16(rng, k)) for k in ("max", "avg", "mean") for i in range(6)]
     cases += [("ln%d" % i, make_layernorm16(rng)) for i in range(16)]
+    cases += [("%s%d" % (k, i), make_moves16(rng, k)) for k in ("transpose", "slice", "concat") for i in range(6)]
+    cases += [("lsm%d" % i, make_log_softmax16(rng)) for i in range(12)]
+    cases += [("conv%d" % i, make_conv16(rng)) for i in range(20)]
     return cases
 
 
@@ -475,6 +542,132 @@ def test_16x8_issue_mlp_with_two_layernorm_gelu_blocks_deploys_bit_exact(tmp_pat
     f, per_op = _deploy16(tmp_path, Net(), "ln", False)
     assert len(per_op["layernorm16"]) == 2 and len(per_op["lut16"]) == 2, per_op
     assert f["decision_agreement_fp32"] >= 0.98
+
+
+class _Moves(object):
+    """Concat (one part scaled by 3), a view, Transpose, Slice and a second Concat: data moves at int16."""
+
+    def __new__(cls, act):
+        import torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b, self.c = torch.nn.Linear(6, 24), torch.nn.Linear(24, 24), torch.nn.Linear(24, 12)
+                self.d = torch.nn.Linear(36, 3)
+
+            def forward(self, x):
+                h = act(self.a(x))
+                u = torch.cat([self.b(h), self.c(h)], dim=1)
+                w = u.view(1, 6, 6).transpose(1, 2)[:, 1:4].reshape(1, 18)
+                return self.d(torch.cat([u[:, :18], w], dim=1))
+        return Net()
+
+
+def test_16x8_concat_transpose_and_slice_deploy_bit_exact_and_equal_tflm(tmp_path):
+    """concat16 (its parts rescaled to the output's scale), transpose16, slice16: bit-exact on host and rv32,
+    within 1 LSB of onnxruntime, and TFLM's CONCATENATION / TRANSPOSE / SLICE at int16 give our outputs."""
+    import torch
+    from grpo_edge.targets.esp32 import tflm
+    torch.manual_seed(3)
+    f, per_op = _deploy16(tmp_path, _Moves(lambda v: torch.nn.functional.leaky_relu(v, 0.2)), "mv",
+                          tflm.available())
+    assert len(per_op["concat16"]) == 2 and {"transpose16", "slice16"} <= set(per_op), per_op
+    if tflm.available():
+        assert f["tflm_outputs_max_lsb"] == 0
+
+
+def test_16x8_concat_with_a_constant_input_is_refused_naming_the_node():
+    from grpo_edge.targets.esp32.ops.concat import to_concat16
+    x, y = _t16("x", (1, 2, 4), 1e-3), _t16("y", (1, 3, 4), 1e-3)
+    g = _graph([x, y], [Op("concat", "/cls/Concat", ["x", "tok"], "y", {"axis": 1, "tables": [None, None],
+                                                                         "constants": {"tok": np.zeros((1, 1, 4))}})])
+    with pytest.raises(ExportError, match=r"concat node '/cls/Concat': a constant input \(tok\)"):
+        to_concat16(g, g.ops[0])
+
+
+def test_log_softmax16_is_within_one_lsb_of_the_float_log_softmax():
+    """The 16x8 log-softmax against log_softmax(dequantize(x)) rounded at 2^-10 and clipped at -32: within 1
+    LSB on rows of random int16 inputs at several input scales."""
+    from grpo_edge.targets.esp32.log_softmax_ref import log_softmax_int16
+    rng = np.random.default_rng(9)
+    for s_in in (1e-5, 1e-4, 1e-3, 3e-3):
+        g = make_log_softmax16(rng)
+        x = _t16("x", (1, 4, 16), s_in)
+        from grpo_edge.targets.esp32.log_softmax_ref import log_softmax_params
+        p = log_softmax_params(x, g.tensors["y"], int16=True)
+        q = rng.integers(-32768, 32768, size=(200, 16)).astype(np.int16)
+        y = log_softmax_int16(q, p).astype(np.int64)
+        r = q.astype(np.float64) * float(np.float32(s_in))
+        r = r - r.max(-1, keepdims=True)
+        ref = r - np.log(np.exp(r).sum(-1, keepdims=True))
+        want = np.clip(np.round(ref * 1024), -32768, 32767)
+        assert np.abs(y - want).max() <= 1, s_in
+
+
+def test_16x8_log_softmax_policy_deploys_bit_exact_within_one_lsb(tmp_path):
+    """A policy head written log_softmax(logits) in 16x8: onnx2int8 gives its output 2^-10 / 0, the kernel is
+    log_softmax16, bit-exact on host and rv32, within 1 LSB of onnxruntime."""
+    import torch
+    torch.manual_seed(4)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(6, 24), torch.nn.Linear(24, 5)
+
+        def forward(self, x):
+            return torch.log_softmax(self.b(torch.relu(self.a(x))), dim=-1)
+    f, per_op = _deploy16(tmp_path, Net(), "lsm", False)
+    assert per_op["log_softmax16"] == [0] or per_op["log_softmax16"] == [1], per_op
+    assert f["decision_agreement_fp32"] >= 0.99
+
+
+def test_16x8_convs_deploy_bit_exact_and_a_plain_conv_equals_tflm(tmp_path):
+    """Conv2d (padded), a depthwise conv of stride 2 after a pad, and a dilated Conv1d in 16x8: conv16, bit-exact
+    on host and rv32, within 1 LSB of onnxruntime; a plain conv alone: TFLM's CONV_2D at int16 gives our outputs."""
+    import torch
+    from grpo_edge.targets.esp32 import tflm
+    F = torch.nn.functional
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.d = torch.nn.Linear(6, 48), torch.nn.Linear(16, 3)
+            self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = torch.nn.Conv2d(8, 8, 3, stride=2, groups=8)
+            self.c3 = torch.nn.Conv1d(8, 4, 2, dilation=2, padding=1)
+
+        def forward(self, x):
+            h = F.pad(F.leaky_relu(self.c1(self.a(x).view(1, 3, 4, 4)), 0.1), (1, 1, 1, 1))
+            return self.d(self.c3(self.c2(h).view(1, 8, 4)).reshape(1, -1))
+    f, per_op = _deploy16(tmp_path, Net(), "conv", False)
+    assert len(per_op["conv16"]) == 3, per_op
+    assert f["decision_agreement_fp32"] >= 0.99
+    if not tflm.available():
+        return
+
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.c, self.d = torch.nn.Linear(6, 48), torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(128, 3)
+
+        def forward(self, x):
+            return self.d(self.c(self.a(x).view(1, 3, 4, 4)).reshape(1, -1))
+    f, per_op = _deploy16(tmp_path, Plain(), "plain", True)
+    assert per_op["conv16"] and f["tflm_outputs_max_lsb"] == 0
+
+
+def test_conv16_accumulator_overflow_is_refused_naming_the_node():
+    from grpo_edge.targets.esp32.ops.conv import to_conv16
+    g = make_conv16(np.random.default_rng(0))
+    op = g.ops[0]
+    op.kind, op.name = "conv", "/big/Conv"
+    op.attrs["weights"] = np.full((2, 400, 3, 3), 127, np.int8)
+    op.attrs["bias"] = np.zeros(2, np.int32)
+    with pytest.raises(ExportError, match=r"conv node '/big/Conv': the int16 x int8 accumulator could reach"):
+        to_conv16(g, op)
 
 
 def test_int8_constant_add_operand_becomes_int16_in_a_16x8_graph():

@@ -44,8 +44,10 @@ def test_generated_model_deploys_bit_exact_at_the_gate(tmp_path, seed):
 
 def test_judge_calls_a_deploy_that_is_not_bit_exact_wrong_and_one_below_the_gate_below_gate():
     good = {"host_bit_exact": {"value": True}, "rv32_bit_exact": {"value": True},
-            "ort_max_lsb_per_op": {"value": 1}, "decision_agreement_fp32": {"value": 0.995}}
+            "ort_max_lsb_per_op": {"value": 1}, "ort_ops_over_bound": {"value": 0},
+            "decision_agreement_fp32": {"value": 0.995}}
     assert modelgen.judge(good)["outcome"] == "deployed"
     assert modelgen.judge(dict(good, rv32_bit_exact={"value": False}))["outcome"] == "wrong"
-    assert modelgen.judge(dict(good, ort_max_lsb_per_op={"value": 2}))["outcome"] == "wrong"
+    assert modelgen.judge(dict(good, ort_ops_over_bound={"value": 1}, ort_max_lsb_per_op={"value": 2}))["outcome"] == "wrong"
+    assert modelgen.judge(dict(good, ort_max_lsb_per_op={"value": 3}))["outcome"] == "deployed"   # tanh16's bound
     assert modelgen.judge(dict(good, decision_agreement_fp32={"value": 0.9}))["outcome"] == "below_gate"

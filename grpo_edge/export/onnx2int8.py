@@ -34,6 +34,7 @@ FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
 ACTIVATION_OPS = ("Tanh", "Sigmoid", "HardSwish", "HardSigmoid", "LeakyRelu", "Relu", "Clip", "Gelu", "FastGelu",
                   "Sub", "PRelu", "Elu", "Celu", "Selu", "Softplus", "Softsign")
 LOG_SOFTMAX_OUTPUT = (16.0 / 256, 127)       # TFLite's int8 log-softmax output: scale, zero point
+LOG_SOFTMAX_OUTPUT16 = (1.0 / 1024, 0)       # ours at int16 (16x8): -32 .. 0 in steps of 2^-10
 INT16_HEADROOM = 2.0       # int16 activation ranges: this many times the calibration range (minmax)
 MIN_SAMPLES = 100
 
@@ -242,8 +243,7 @@ def _quantize(src, dst, data, specs, method, per_channel, reduce_range, op_types
         raise ExportError("int8 quantization of %s failed (%s)" % (src, msg[:300]))
     finally:
         root.setLevel(level)
-    if activations == "int8":
-        _quantize_log_softmax_outputs(dst)
+    _quantize_log_softmax_outputs(dst, activations)
     if masked and not isinstance(data, list):
         from grpo_edge.export.attention_mask import quantize_scores
         quantize_scores(src, dst, data)
@@ -265,11 +265,12 @@ def _extra_options(model, src, data, method, activations) -> dict:
     return extra
 
 
-def _quantize_log_softmax_outputs(path) -> None:
+def _quantize_log_softmax_outputs(path, activations="int8") -> None:
     """A final LogSoftmax, which onnxruntime leaves in float, gets TFLite's fixed int8 output (LOG_SOFTMAX_OUTPUT:
     log-probabilities -15.9..0 in steps of 1/16; one that feeds a quantized op has them from _quantize's
     overrides), so that every target computes what TFLite does: its result is renamed, and a Q -> DQ pair
-    gives back the original name."""
+    gives back the original name. With int16 activations: LOG_SOFTMAX_OUTPUT16 (-32..0 in steps of 2^-10, ours:
+    TFLite has no int16 log-softmax)."""
     import onnx
     from grpo_edge.export.onnx_utils import insert_qdq
     model = onnx.load(str(path))
@@ -277,7 +278,10 @@ def _quantize_log_softmax_outputs(path) -> None:
     for n in [n for n in model.graph.node if n.op_type == "LogSoftmax" and n.output[0] not in quantized]:
         t = n.output[0]
         n.output[0] = t + "/float"
-        insert_qdq(model, t + "/float", t, *LOG_SOFTMAX_OUTPUT, after=n, name=t)
+        if activations == "int16":
+            insert_qdq(model, t + "/float", t, *LOG_SOFTMAX_OUTPUT16, after=n, name=t, dtype=np.int16)
+        else:
+            insert_qdq(model, t + "/float", t, *LOG_SOFTMAX_OUTPUT, after=n, name=t)
     onnx.save(model, str(path))
 
 
@@ -299,6 +303,10 @@ def _int16_overrides(src, data, method) -> dict:
     fixed = [n.output[0] for n in graph.node if n.op_type in FIXED_INT16_OUTPUT]
     over = {t: [{"scale": np.array(1.0 / 32768, dtype=np.float32), "zero_point": np.array(0, dtype=np.int16)}]
             for t in fixed}
+    fixed += [n.output[0] for n in graph.node if n.op_type == "LogSoftmax"]
+    over.update({n.output[0]: [{"scale": np.array(LOG_SOFTMAX_OUTPUT16[0], dtype=np.float32),    # ours: a layer
+                                "zero_point": np.array(0, dtype=np.int16)}]                     # after sees it
+                 for n in graph.node if n.op_type == "LogSoftmax"})
     if method != "minmax" or isinstance(data, list):
         return over
     from grpo_edge.export.onnx_utils import tensor_values

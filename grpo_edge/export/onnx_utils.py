@@ -64,16 +64,16 @@ def copy_onnx(src, dst) -> int:
     return renamed
 
 
-def insert_qdq(model, src, dq_out, scale, zero_point, after=None, name=None) -> None:
+def insert_qdq(model, src, dq_out, scale, zero_point, after=None, name=None, dtype=np.int8) -> None:
     """QuantizeLinear(src) -> DequantizeLinear -> dq_out, placed right after node `after` (or first): the pair
     onnxruntime's QDQ format puts on a quantized edge; its parameters are initializers named after `name`
-    (default: src), as the nodes are."""
+    (default: src), as the nodes are; the zero point's dtype (int8, or int16 for 16x8) is the quantized type."""
     from onnx import helper, numpy_helper
     g = model.graph
     name = name or src
     names = (name + "_scale", name + "_zero_point")
     g.initializer.extend([numpy_helper.from_array(np.asarray(scale, np.float32).reshape(()), names[0]),
-                          numpy_helper.from_array(np.asarray(zero_point, np.int8).reshape(()), names[1])])
+                          numpy_helper.from_array(np.asarray(zero_point, dtype).reshape(()), names[1])])
     q = name + "_QuantizeLinear_Output"
     at = list(g.node).index(after) + 1 if after is not None else 0
     g.node.insert(at, helper.make_node("QuantizeLinear", [src, names[0], names[1]], [q], name=name + "_Q"))

@@ -23,6 +23,7 @@ from .softmax_ref import (INT32_MAX, INT32_MIN, clz32, exp_on_negative_values, o
                           rounding_half_sum, sat_shift_left)
 
 OUTPUT_SCALE, OUTPUT_ZERO_POINT = 16.0 / 256, 127
+OUTPUT_SCALE16 = 1.0 / 1024           # 16x8 (ours): Q5.26 differences -32 .. 0 at 2^-10, zero point 0
 
 
 def _sat(x):
@@ -55,14 +56,24 @@ def log_x_ge_1(x, input_bits=12, output_bits=5):
     return sat_shift_left(total, accum_bits - output_bits)
 
 
-def log_softmax_params(x, out, node_label=""):
+def log_softmax_params(x, out, node_label="", int16=False):
     m_real = min(float(x.scale) * (1 << 26), float(INT32_MAX))
     mult, shift = R.quantize_multiplier(m_real)
     if shift < 0:
         raise ExportError("%s: log-softmax input scale %g too small for TFLite's int8 log-softmax" % (node_label, x.scale))
     rev_mult, rev_shift = R.quantize_multiplier(float(1 << (31 - shift)) / float(mult))
     radius = int(np.floor(((1 << 5) - 1) * float(1 << 26) / float(1 << shift)))
-    if not (np.float32(out.scale) == np.float32(OUTPUT_SCALE) and out.zero_point == OUTPUT_ZERO_POINT):
+    if int16:
+        # d reaches 65,535 codes: d << shift would leave int32, so the 16x8 form scales d by a 64-bit product
+        # (scale16) and its radius is the real one: the last d whose Q5.26 value is at least -32
+        radius = int(np.floor(32.0 * float(1 << 26) * float(1 << (31 - shift)) / float(mult)))
+        if shift > 30:
+            raise ExportError("%s: log-softmax input scale %g too large for the 16x8 log-softmax" % (node_label, x.scale))
+        if not (np.float32(out.scale) == np.float32(OUTPUT_SCALE16) and out.zero_point == 0):
+            raise ExportError("%s: a 16x8 log-softmax output must have scale 2^-10 and zero point 0, got %g / %d: "
+                              "quantize with grpo-edge quantize (onnx2int8 sets them)" % (node_label, out.scale,
+                                                                                         out.zero_point))
+    elif not (np.float32(out.scale) == np.float32(OUTPUT_SCALE) and out.zero_point == OUTPUT_ZERO_POINT):
         raise ExportError("%s: the output must have TFLite's fixed int8 log-softmax parameters (scale 16/256, zero "
                           "point 127), got %g / %d: quantize with grpo-edge quantize (onnx2int8 sets them)"
                           % (node_label, out.scale, out.zero_point))
@@ -70,11 +81,37 @@ def log_softmax_params(x, out, node_label=""):
             "reverse_shift": rev_shift, "diff_min": -radius}
 
 
+def scale16(d, p):
+    """The 16x8 form's Q5.26 differences: round(d mult / 2^(31 - shift)) in int64 (MultiplyByQuantizedMultiplier
+    would shift d left first, beyond int32 for int16 differences), saturated to int32."""
+    rs = 31 - int(p["input_left_shift"])
+    v = (np.asarray(d, np.int64) * int(p["input_multiplier"]) + (1 << (rs - 1))) >> rs
+    return _sat(v)
+
+
+def log_softmax_int16(x, p):
+    """x (B, ..., N) int16 (zero point 0) -> log-softmax over the last axis, int16 at 2^-10 (ours): TFLite's
+    int8 sum of exponentials and log, the differences scaled in 64 bits (scale16), and the result d - log(sum)
+    in int64 rounded to 10 fractional bits and clamped (-32768 = -32: no cut-off test needed at this width)."""
+    x = np.asarray(x, np.int64)
+    diff = x - x.max(axis=-1, keepdims=True)
+    keep = diff >= p["diff_min"]
+    scaled = scale16(np.maximum(diff, p["diff_min"]), p)
+    e = np.where(keep, R.rounding_divide_by_pot(exp_on_negative_values(scaled), 12), 0)
+    log_sum = log_x_ge_1(R.wrap_int32(e.sum(axis=-1, keepdims=True)))
+    out = R.rounding_divide_by_pot(scaled - log_sum, 26 - 10)
+    return R.clamp16(np.where(keep, out, -32768))
+
+
+def _mbqm_diff(d, p):
+    return R.mbqm(d, p["input_multiplier"], p["input_left_shift"])
+
+
 def log_softmax_int8(x, p):
     """x (B, ..., N) int8 -> log-softmax over the last axis, int8."""
     x = np.asarray(x, np.int64)
     diff = x - x.max(axis=-1, keepdims=True)
-    scaled = R.mbqm(np.maximum(diff, p["diff_min"]), p["input_multiplier"], p["input_left_shift"])
+    scaled = _mbqm_diff(np.maximum(diff, p["diff_min"]), p)
     e = np.where(diff >= p["diff_min"], R.rounding_divide_by_pot(exp_on_negative_values(scaled), 12), 0)
     log_sum = log_x_ge_1(R.wrap_int32(e.sum(axis=-1, keepdims=True)))
     adjusted = np.maximum(p["diff_min"] - 1, R.mbqm(R.wrap_int32(log_sum + INT32_MIN), p["reverse_multiplier"],

@@ -140,7 +140,8 @@ def _per_op_vs_ort(graph, vals, B) -> list:
         if target not in ort or (op.kind == "reshape" and not ({op.output} | set(op.inputs)) <= ort):
             continue
         d = np.abs(y.reshape(vals[target].shape).astype(np.int64) - vals[target].astype(np.int64))
-        per_op.append({"op": op.kind, "node": op.name, "max_lsb": int(d.max()), "frac_diff": float((d > 0).mean())})
+        per_op.append({"op": op.kind, "node": op.name, "max_lsb": int(d.max()), "frac_diff": float((d > 0).mean()),
+                       "bound_lsb": OPS[op.kind].ort_lsb})
     return per_op
 
 
@@ -162,6 +163,7 @@ def ort_check(graph, onnx_path, x_float: np.ndarray) -> dict:
     ort_out = vals[graph.output]
     d = np.abs(ref.astype(np.int64) - ort_out.reshape(ref.shape).astype(np.int64))
     out = {"per_op": per_op, "per_op_max_lsb": max(p["max_lsb"] for p in per_op),
+           "ops_over_bound": sum(p["max_lsb"] > p["bound_lsb"] for p in per_op),
            "end_to_end_max_lsb": int(d.max()), "end_to_end_frac_diff": float((d > 0).mean()),
            "input_quantization_matches": bool(np.array_equal(vals[graph.input], R.input_codes(tin, x_float)))}
     if ref.shape[-1] > 1 and graph.ops[-1].kind != "argmax":

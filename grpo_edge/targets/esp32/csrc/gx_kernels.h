@@ -378,16 +378,21 @@ typedef struct {
     long stride[4];             /* input stride of each output axis */
 } gx_transpose_t;
 
-/* out (row-major, dims) [a][b][c][d] = in[a s0 + b s1 + c s2 + d s3] (ops/transpose.py). */
+/* out (row-major, dims) [a][b][c][d] = in[a s0 + b s1 + c s2 + d s3] (ops/transpose.py); any element type. */
+#define GX_TRANSPOSE_BODY()                                                                                 \
+    do {                                                                                                    \
+        int a, b, c, d;                                                                                     \
+        long k = 0;                                                                                         \
+        for (a = 0; a < p->dims[0]; ++a)                                                                    \
+            for (b = 0; b < p->dims[1]; ++b)                                                                \
+                for (c = 0; c < p->dims[2]; ++c)                                                            \
+                    for (d = 0; d < p->dims[3]; ++d)                                                        \
+                        out[k++] = in[a * p->stride[0] + b * p->stride[1] + c * p->stride[2] + d * p->stride[3]]; \
+    } while (0)
+
 GX_INLINE void gx_transpose(const gx_transpose_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
-    int a, b, c, d;
-    long k = 0;
-    for (a = 0; a < p->dims[0]; ++a)
-        for (b = 0; b < p->dims[1]; ++b)
-            for (c = 0; c < p->dims[2]; ++c)
-                for (d = 0; d < p->dims[3]; ++d)
-                    out[k++] = in[a * p->stride[0] + b * p->stride[1] + c * p->stride[2] + d * p->stride[3]];
+    GX_TRANSPOSE_BODY();
 }
 
 /* ------------------------------------------------------------------ concatenation */
@@ -410,6 +415,13 @@ GX_INLINE void gx_concat_part(const int8_t *table, int outer, int inner, int out
 /* out[o][k] = in[o][k] for `outer` blocks: `inner` values out of every `in_inner` (in already at the slice's
  * start; ops/split.py). */
 GX_INLINE void gx_slice(int outer, int inner, int in_inner, const int8_t *restrict in, int8_t *restrict out)
+{
+    int o, k;
+    for (o = 0; o < outer; ++o)
+        for (k = 0; k < inner; ++k) out[(long)o * inner + k] = in[(long)o * in_inner + k];
+}
+
+GX_INLINE void gx_slice16(int outer, int inner, int in_inner, const int16_t *restrict in, int16_t *restrict out)
 {
     int o, k;
     for (o = 0; o < outer; ++o)

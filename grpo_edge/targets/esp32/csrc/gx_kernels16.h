@@ -238,6 +238,103 @@ GX_INLINE void gx_layernorm16(const gx_layernorm_t *p, const int16_t *restrict i
     }
 }
 
+/* ------------------------------------------------------------------ transpose, int16 */
+
+GX_INLINE void gx_transpose16(const gx_transpose_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    GX_TRANSPOSE_BODY();
+}
+
+/* ------------------------------------------------------------------ concatenation, int16 */
+
+/* One input of a 16x8 concatenation (ops/concat.py): `outer` blocks of `inner` values, block o copied to
+ * out + o * out_inner, rescaled to the output's scale when mult is not 0 (TFLite's Requantize). */
+GX_INLINE void gx_concat_part16(int32_t mult, int shift, int outer, int inner, int out_inner,
+                                const int16_t *restrict in, int16_t *restrict out)
+{
+    int o, k;
+    for (o = 0; o < outer; ++o)
+        for (k = 0; k < inner; ++k) {
+            const int16_t v = in[(long)o * inner + k];
+            out[(long)o * out_inner + k] = mult ? (int16_t)gx_clamp(gx_mbqm(v, mult, shift), -32768, 32767) : v;
+        }
+}
+
+/* ------------------------------------------------------------------ log-softmax, int16 */
+
+/* TFLite's int8 LOG_SOFTMAX arithmetic over int16 inputs (zero point 0), the Q5.26 result at 2^-10 (ours:
+ * TFLM has no int16 log-softmax; ops/softmax.py). */
+typedef gx_log_softmax_t gx_log_softmax16_t;
+
+/* The differences scaled in 64 bits: round(d mult / 2^(31 - shift)), saturated (log_softmax_ref.scale16). */
+GX_INLINE int32_t gx_lsm_scale16(const gx_log_softmax16_t *p, int32_t d)
+{
+    const int rs = 31 - p->input_left_shift;
+    const int64_t v = ((int64_t)d * p->input_mult + ((int64_t)1 << (rs - 1))) >> rs;
+    return v < INT32_MIN ? INT32_MIN : (v > INT32_MAX ? INT32_MAX : (int32_t)v);
+}
+
+/* The sum of exponentials and its log as the int8 kernel computes them; d - log(sum) in int64, rounded to
+ * 10 fractional bits and clamped (log_softmax_ref.log_softmax_int16). */
+GX_INLINE void gx_log_softmax16(const gx_log_softmax16_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    int r, c;
+    for (r = 0; r < p->rows; ++r) {
+        const int16_t *x = in + r * p->n;
+        int16_t *o = out + r * p->n;
+        int32_t mx = -32768, sum = 0, log_sum;
+        for (c = 0; c < p->n; ++c) if (x[c] > mx) mx = x[c];
+        for (c = 0; c < p->n; ++c) {
+            const int32_t d = (int32_t)x[c] - mx;
+            if (d >= p->diff_min) sum = gx_wadd(sum, gx_rdbpot(gx_sm_exp(gx_lsm_scale16(p, d)), 12));
+        }
+        log_sum = gx_lsm_log(sum);
+        for (c = 0; c < p->n; ++c) {
+            const int32_t d = (int32_t)x[c] - mx;
+            int64_t v, rem;
+            if (d < p->diff_min) { o[c] = -32768; continue; }
+            v = (int64_t)gx_lsm_scale16(p, d) - log_sum;
+            rem = v & 0xFFFF;
+            v = (v >> 16) + (rem > 0x7FFF + (v < 0 ? 1 : 0) ? 1 : 0);
+            o[c] = (int16_t)(v < -32768 ? -32768 : (v > 32767 ? 32767 : v));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ convolution, 16x8 */
+
+/* Conv / depthwise / grouped conv over int16 NCHW (zero point 0) with int8 weights: taps in the padding are
+ * skipped, acc = bias + sum(w x) in an int32 accumulator the generator proved cannot overflow (as gx_fc16;
+ * TFLM: an int32 bias selects the int32 accumulator), then the per-channel requantization. Direct loops, no
+ * scratch. */
+GX_INLINE void gx_conv16(const gx_conv_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    const int cg = p->c / p->groups, ocg = p->oc / p->groups;
+    int o, oy, ox, c, ky, kx;
+    for (o = 0; o < p->oc; ++o) {
+        const int g = o / ocg;
+        const int8_t *wo = p->weights + (long)o * cg * p->kh * p->kw;
+        for (oy = 0; oy < p->oh; ++oy)
+            for (ox = 0; ox < p->ow; ++ox) {
+                int32_t acc = p->q.bias[o];
+                for (c = 0; c < cg; ++c) {
+                    const int16_t *xc = in + (long)(g * cg + c) * p->h * p->w;
+                    const int8_t *wc = wo + c * p->kh * p->kw;
+                    for (ky = 0; ky < p->kh; ++ky) {
+                        const int iy = oy * p->sh - p->pad_t + ky * p->dh;
+                        if (iy < 0 || iy >= p->h) continue;
+                        for (kx = 0; kx < p->kw; ++kx) {
+                            const int ix = ox * p->sw - p->pad_l + kx * p->dw;
+                            if (ix < 0 || ix >= p->w) continue;
+                            acc += (int32_t)wc[ky * p->kw + kx] * xc[iy * p->w + ix];
+                        }
+                    }
+                }
+                out[((long)o * p->oh + oy) * p->ow + ox] = (int16_t)gx_requant(acc, &p->q, o);
+            }
+    }
+}
+
 /* ------------------------------------------------------------------ argmax over int16 */
 
 /* First index of the maximum of n int16 values, stored as int8. */

@@ -14,6 +14,9 @@ Each op module holds, for its kinds (int8 and 16x8 side by side):
   int16                                    True when the 16x8 path (int16 activations) has the kind
   to_int16(graph, op)                      turns an int8 op of the kind into its 16x8 kind in place (int16_ref
                                            .to_16x8 calls it; the older kinds are converted there)
+  ort_lsb                                  the most LSB the kind may differ from onnxruntime's QDQ run (1; TFLM's
+                                           int16 tanh: 3, its 256-entry table at 2^-15), the bound simulate.ort_check
+                                           and the deploy's figure ort_ops_over_bound hold each op to
   scratch(op) -> int                       temporary bytes the kernel needs while it runs (planner.py puts
                                            them in the arena); none by default
   in_place(op) -> bool                     True when the kernel may write op's output over an input of the
@@ -31,9 +34,10 @@ rv32). docs/architecture.md has the worked steps.
 class OpSpec(object):
     """What one op kind brings: see the module docstring."""
 
-    def __init__(self, kind, reference, emit, tflm, macs, int16=False, scratch=None, in_place=False, to_int16=None):
+    def __init__(self, kind, reference, emit, tflm, macs, int16=False, scratch=None, in_place=False, to_int16=None,
+                 ort_lsb=1):
         self.kind, self.reference, self.emit, self.tflm, self.macs, self.int16 = kind, reference, emit, tflm, macs, int16
-        self.to_int16 = to_int16
+        self.to_int16, self.ort_lsb = to_int16, ort_lsb
         self.scratch = scratch or no_scratch
         self.in_place = in_place if callable(in_place) else (always if in_place else never)
 

@@ -4,7 +4,8 @@ onnxruntime quantizes every input of a Concat with its own parameters; TFLite's 
 equal to the output's. So each input whose parameters differ is first requantized to the output's, with
 TFLM's QUANTIZE rule (a 256-entry table, ops/lut.requant_table), then the blocks are copied (gx_concat_part
 in csrc/gx_kernels.h, one call per input). NumPy reference, C emission, TFLite Micro mapping (QUANTIZE where
-needed + CONCATENATION), MACs (one per output element).
+needed + CONCATENATION), MACs (one per output element). The 16x8 form (concat16) rescales an input whose scale
+differs with TFLite's Requantize rule (zero points 0) and copies every part.
 """
 import numpy as np
 
@@ -48,6 +49,57 @@ def emit(em, i, op, name):
                                                                         src or em.ptr(t), em.ptr(op.output), offset))
         offset += inner[k]
     return ";\n    ".join(calls) or None
+
+
+def to_concat16(g, op):
+    """The int8 concat between int16 tensors (zero points 0): each input rescaled to the output's scale by a
+    quantized multiplier (0: copied). Its parts are copied, not written in place (planner.concat_parts
+    plans the int8 concat only)."""
+    if op.attrs["constants"]:
+        raise ExportError("concat node %r: a constant input (%s) is not supported with int16 activations"
+                          % (op.name, ", ".join(op.attrs["constants"])))
+    y = g.tensors[op.output]
+    rescale = []
+    for t in op.inputs:
+        x = g.tensors[t]
+        rescale.append((0, 0) if x.scale == y.scale else R.quantize_multiplier(float(x.scale) / float(y.scale)))
+    op.kind = "concat16"
+    op.attrs = {"axis": op.attrs["axis"], "rescale": rescale, "constants": {}}
+
+
+def reference16(*args):
+    *xs, p = args
+    parts = [x if m == 0 else R.clamp16(R.mbqm(i64(x), m, s)) for x, (m, s) in zip(xs, p["rescale"])]
+    return np.concatenate(parts, axis=p["axis"])
+
+
+def emit16(em, i, op, name):
+    outer, inner, out_inner = concat_blocks(op, em.g.tensors)
+    calls, offset = [], 0
+    for k, (t, (m, s)) in enumerate(zip(op.inputs, op.attrs["rescale"])):
+        calls.append("gx_concat_part16(%d, %d, %d, %d, %d, %s, (%s) + %d)" % (m, s, outer, inner[k], out_inner,
+                                                                              em.ptr(t), em.ptr(op.output), offset))
+        offset += inner[k]
+    return ";\n    ".join(calls)
+
+
+def tflm16(b, i, op):
+    """QUANTIZE (int16 -> int16) where an input's scale differs, then CONCATENATION."""
+    tfl, B, g = b.tfl, b.tfl.BuiltinOperator, b.g
+    out = g.tensors[op.output]
+    ins = []
+    for k, (t, (m, _)) in enumerate(zip(op.inputs, op.attrs["rescale"])):
+        x = b.act(t)
+        if m:
+            y = b.act("concat%d_in%d" % (i, k), nhwc(g.tensors[t].shape), out.scale, out.zero_point)
+            b.op(B.QUANTIZE, [x], [y])
+            x = y
+        ins.append(x)
+    axis = op.attrs["axis"]
+    if len(out.shape) == 4:
+        axis = (0, 3, 1, 2)[axis]
+    b.op(B.CONCATENATION, ins, [b.act(op.output)], tfl.BuiltinOptions.ConcatenationOptions,
+         tfl.ConcatenationOptionsT(axis=axis))
 
 
 def tflm(b, i, op):
@@ -117,6 +169,7 @@ def from_concat(p, node):
                                                                   "constants": consts})
 
 
-SPECS = [OpSpec("concat", reference, emit, tflm, elementwise_macs)]
+SPECS = [OpSpec("concat", reference, emit, tflm, elementwise_macs, to_int16=to_concat16),
+         OpSpec("concat16", reference16, emit16, tflm16, elementwise_macs, int16=True)]
 
 ONNX = {"Concat": from_concat}

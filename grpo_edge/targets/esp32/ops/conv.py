@@ -1,4 +1,5 @@
-"""2-D convolution (grouped and depthwise included), int8.
+"""2-D convolution (grouped and depthwise included), int8 and 16x8 (conv16: int16 activations, int8 weights,
+an int32 accumulator proved not to overflow, direct loops in gx_conv16).
 
 NumPy reference (TFLite integer_ops/conv.h, depthwise_conv.h), C emission (gx_conv), TFLite Micro
 mapping (CONV_2D / DEPTHWISE_CONV_2D, an explicit PAD when needed), MACs.
@@ -8,13 +9,61 @@ import numpy as np
 from grpo_edge.errors import ExportError, TargetError
 
 from ..codegen import INT32_MAX, c_requant, c_struct
+from .. import reference as R
 from ..reference import i64, requantize
 from ..ir import TensorInfo
 from ..parse import attr, label, pads as onnx_pads
 from . import OpSpec
 
 
-def reference(x, p):
+def _requantize16(acc, p):
+    acc = R.check_int32(acc, "accumulator")
+    m, s = (i64(p[k]).reshape(1, -1, 1, 1) for k in ("multiplier", "shift"))
+    return R.clamp16(R.mbqm(acc, m, s), p["activation_min"], p["activation_max"])
+
+
+def reference16(x, p):
+    """conv16: the int8 rule over int16 inputs (zero point 0, so padding is 0), the int16 clamp."""
+    return reference(x, p, requant=_requantize16)
+
+
+def to_conv16(g, op):
+    """The int8 conv between int16 tensors: the int32 accumulator's bound proved per output channel
+    (|bias| + 32768 sum |w|), the int16 range."""
+    a = op.attrs
+    w = a["weights"].astype(np.int64).reshape(a["weights"].shape[0], -1)
+    bound = np.abs(a["bias"].astype(np.int64)) + 32768 * np.abs(w).sum(axis=1)
+    if int(bound.max(initial=0)) > INT32_MAX:
+        raise ExportError("conv node %r: the int16 x int8 accumulator could reach %d, beyond int32 (%d taps): not "
+                          "supported with int16 activations" % (op.name, int(bound.max()), w.shape[1]))
+    op.kind = "conv16"
+    a["input_offset"], a["output_offset"], a["activation_min"], a["activation_max"] = 0, 0, -32768, 32767
+
+
+def emit16(em, i, op, name):
+    a, p = op.attrs, em.p
+    OC, CG, KH, KW = a["weights"].shape
+    _, C, H, W = em.g.tensors[op.inputs[0]].shape
+    _, _, OH, OW = em.g.tensors[op.output].shape
+    em.arrays(i, a, a["weights"], a["bias"].astype(np.int64))
+    em.data.append(c_struct("gx_conv_t", name, [
+        ("c", C), ("h", H), ("w", W), ("oc", OC), ("oh", OH), ("ow", OW), ("kh", KH), ("kw", KW),
+        ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("dh", a["dilations"][0]), ("dw", a["dilations"][1]),
+        ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]), ("groups", a["group"]),
+        ("pad_value", 0), ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
+    return "gx_conv16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm16(b, i, op):
+    """CONV_2D at int16 (its int32 bias: TFLM's int32 accumulator, our rule). TFLM's int16 DEPTHWISE_CONV_2D
+    does not give our outputs with an int32 bias (measured: up to 65,535 LSB apart), so it is not mapped."""
+    if op.attrs["group"] != 1:
+        raise TargetError("no TFLM mapping for an int16 depthwise or grouped conv (node %r): TFLM's int16 "
+                          "DEPTHWISE_CONV_2D does not compute our int32-bias rule" % op.name)
+    tflm(b, i, op)
+
+
+def reference(x, p, requant=None):
     """x (B, C, H, W) int8, weights (OC, C/group, KH, KW) -> (B, OC, OH, OW).
 
     Grouped convolution covers depthwise (group == C). Taps in the padding are skipped, which is
@@ -44,7 +93,7 @@ def reference(x, p):
         wg = w[g * OCg:(g + 1) * OCg]                         # (OCg, Cg, KH, KW)
         acc[:, g * OCg:(g + 1) * OCg] = np.einsum("bcyxij,ocij->boyx", pg, wg)
     acc += i64(p["bias"]).reshape(1, OC, 1, 1)
-    return requantize(acc, p, 1)
+    return requant(acc, p) if requant else requantize(acc, p, 1)
 
 
 def emit(em, i, op, name):
@@ -172,6 +221,7 @@ def pointwise(op) -> bool:
             and not any(a["pads"]))
 
 
-SPECS = [OpSpec("conv", reference, emit, tflm, macs, scratch=scratch, in_place=pointwise)]
+SPECS = [OpSpec("conv", reference, emit, tflm, macs, scratch=scratch, in_place=pointwise, to_int16=to_conv16),
+         OpSpec("conv16", reference16, emit16, tflm16, macs, int16=True)]
 
 ONNX = {"Conv": from_conv}

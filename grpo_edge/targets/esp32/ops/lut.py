@@ -201,6 +201,11 @@ def tflm_requant16(b, i, op):
     b.op(b.tfl.BuiltinOperator.QUANTIZE, [b.act(op.inputs[0])], [b.act(op.output)])
 
 
+# TFLM's int16 tanh against tanh rounded in float32 (onnxruntime), on all 65,536 codes at 1,000 input scales
+# 1e-7 .. 10: at most 3 LSB of 2^-15 (1: 216 scales, 2: 629, 3: 155); bit-exact with TFLM, so kept.
+TANH16_ORT_LSB = 3
+
+
 # -- 16x8 tables: any smooth or piecewise function FLOAT_FUNCTIONS has, int16 in and out (ours)
 
 LUT16_STEPS = (7, 6, 5, 4, 3)   # codes per table entry 2^k: 513 .. 8,193 entries
@@ -503,7 +508,7 @@ def from_softsign(p, node):
 
 
 SPECS = [OpSpec("lut", reference, emit, tflm, elementwise_macs, in_place=True, to_int16=to_int16),
-         OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True),
+         OpSpec("tanh16", reference16, emit16, tflm16, elementwise_macs, int16=True, ort_lsb=TANH16_ORT_LSB),
          OpSpec("sigmoid16", reference_sigmoid16, emit_sigmoid16, tflm_sigmoid16, elementwise_macs, int16=True),
          OpSpec("requant16", reference_requant16, emit_requant16, tflm_requant16, elementwise_macs, int16=True,
                 in_place=True),

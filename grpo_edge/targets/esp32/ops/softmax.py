@@ -29,7 +29,8 @@ def _log_softmax_fields(a, mask_name):
 
 # kind -> (C kernel, its own struct fields, TFLite operator and options)
 KINDS = {"softmax": ("gx_softmax", _softmax_fields, "SOFTMAX", "SoftmaxOptions"),
-         "log_softmax": ("gx_log_softmax", _log_softmax_fields, "LOG_SOFTMAX", "LogSoftmaxOptions")}
+         "log_softmax": ("gx_log_softmax", _log_softmax_fields, "LOG_SOFTMAX", "LogSoftmaxOptions"),
+         "log_softmax16": ("gx_log_softmax16", _log_softmax_fields, None, None)}
 
 
 def reference(x, p):
@@ -40,6 +41,11 @@ def reference(x, p):
 def log_reference(x, p):
     from ..log_softmax_ref import log_softmax_int8
     return log_softmax_int8(x, p)
+
+
+def log_reference16(x, p):
+    from ..log_softmax_ref import log_softmax_int16
+    return log_softmax_int16(x, p)
 
 
 def emit(em, i, op, name):
@@ -58,6 +64,9 @@ def emit(em, i, op, name):
 def tflm(b, i, op):
     """SOFTMAX / LOG_SOFTMAX. TFLite fixes softmax's outputs at 1/256, -128, so another output scale needs a
     QUANTIZE after; a log-softmax has TFLite's own parameters (16/256, 127) already (the rule checks)."""
+    if op.kind == "log_softmax16":
+        raise TargetError("no TFLM mapping for an int16 log-softmax (node %r): TFLite Micro's LOG_SOFTMAX takes "
+                          "int8 only" % op.name)
     if "mask" in op.attrs:
         raise TargetError("no TFLM mapping for a masked softmax (node %r): TFLite's SOFTMAX takes no mask" % op.name)
     code, options = KINDS[op.kind][2:]
@@ -129,21 +138,29 @@ def _log_softmax_params(x, out, node_label=""):
     return log_softmax_params(x, out, node_label)
 
 
+def _log_softmax16_params(x, out, node_label=""):
+    from ..log_softmax_ref import log_softmax_params
+    return log_softmax_params(x, out, node_label, int16=True)
+
+
 from_softmax = _last_axis_rule("softmax", "Softmax", _softmax_params)
 _log_softmax_rule = _last_axis_rule("log_softmax", "LogSoftmax", _log_softmax_params)
+_log_softmax16_rule = _last_axis_rule("log_softmax16", "LogSoftmax", _log_softmax16_params)
 
 
 def from_log_softmax(p, node):
     """onnxruntime leaves LogSoftmax in float: onnx2int8 gives its output TFLite's fixed int8 parameters; a model
     quantized elsewhere, or with int16 activations, says what to do (log_softmax_params checks the parameters)."""
-    if p.qtype.get(p.act_input(node, 0)) == "int16":
-        raise ExportError("%s: no int16 (16x8) log-softmax here: deploy with --activations int8" % label(node))
     if "QuantizeLinear" not in [c.op_type for c in p.consumers.get(node.output[0], [])]:
         raise ExportError("%s: its float output is not quantized: quantize with grpo-edge quantize (onnx2int8), "
                           "which gives it TFLite's fixed int8 output (scale 16/256, zero point 127)" % label(node))
-    _log_softmax_rule(p, node)
+    if p.qtype.get(p.act_input(node, 0)) == "int16":
+        _log_softmax16_rule(p, node)
+    else:
+        _log_softmax_rule(p, node)
 
 SPECS = [OpSpec("softmax", reference, emit, tflm, elementwise_macs),
-         OpSpec("log_softmax", log_reference, emit, tflm, elementwise_macs)]
+         OpSpec("log_softmax", log_reference, emit, tflm, elementwise_macs),
+         OpSpec("log_softmax16", log_reference16, emit, tflm, elementwise_macs, int16=True)]
 
 ONNX = {"Softmax": from_softmax, "LogSoftmax": from_log_softmax, "Where": from_where}

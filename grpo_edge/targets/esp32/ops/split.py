@@ -16,12 +16,21 @@ def reference(x, p):
     return np.take(x, range(p["start"], p["start"] + p["length"]), axis=p["axis"])
 
 
-def emit(em, i, op, name):
+def to_slice16(g, op):
+    """Data moves, no arithmetic: the same slice over int16."""
+    op.kind = "slice16"
+
+
+def emit16(em, i, op, name):
+    return emit(em, i, op, name, kernel="gx_slice16")
+
+
+def emit(em, i, op, name, kernel="gx_slice"):
     a = op.attrs
     shape = em.g.tensors[op.inputs[0]].shape
     post = int(np.prod(shape[a["axis"] + 1:]))
     outer = int(np.prod(shape[:a["axis"]]))
-    return "gx_slice(%d, %d, %d, (%s) + %d, %s)" % (outer, a["length"] * post, shape[a["axis"]] * post,
+    return "%s(%d, %d, %d, (%s) + %d, %s)" % (kernel, outer, a["length"] * post, shape[a["axis"]] * post,
                                                    em.ptr(op.inputs[0]), a["start"] * post, em.ptr(op.output))
 
 
@@ -113,6 +122,7 @@ def from_gather(p, node):
     _slice_op(p, node, x, axis, flat[0], len(flat), onnx_shape=tuple(shape))
 
 
-SPECS = [OpSpec("slice", reference, emit, tflm, elementwise_macs)]
+SPECS = [OpSpec("slice", reference, emit, tflm, elementwise_macs, to_int16=to_slice16),
+         OpSpec("slice16", reference, emit16, tflm, elementwise_macs, int16=True)]
 
 ONNX = {"Split": from_split, "Slice": from_slice, "Gather": from_gather}

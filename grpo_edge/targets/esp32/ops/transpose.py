@@ -3,7 +3,7 @@ csrc/gx_kernels.h: the output walked in order, the input read through the permut
 
 onnxruntime quantizes a Transpose's output with its input's parameters (QDQDirect8BitOp), so no arithmetic.
 NumPy reference, C emission, TFLite Micro mapping (TRANSPOSE, the permutation expressed on TFLite's NHWC
-layout for 4-D tensors), MACs (one per element).
+layout for 4-D tensors), MACs (one per element). transpose16: the same over int16.
 """
 import numpy as np
 
@@ -20,7 +20,16 @@ def reference(x, p):
     return np.transpose(x, p["perm"])
 
 
-def emit(em, i, op, name):
+def emit16(em, i, op, name):
+    return emit(em, i, op, name, kernel="gx_transpose16")
+
+
+def to_transpose16(g, op):
+    """Data moves, no arithmetic: the same permutation over int16."""
+    op.kind = "transpose16"
+
+
+def emit(em, i, op, name, kernel="gx_transpose"):
     shape = em.g.tensors[op.inputs[0]].shape
     perm = op.attrs["perm"]
     pad = 4 - len(shape)
@@ -29,7 +38,7 @@ def emit(em, i, op, name):
     stride = [0] * pad + [strides[k] for k in perm]
     em.data.append(c_struct("gx_transpose_t", name, [("dims", "{%s}" % ", ".join(map(str, dims))),
                                                      ("stride", "{%s}" % ", ".join(map(str, stride)))]))
-    return "gx_transpose(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    return "%s(&%s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.output))
 
 
 def tflm(b, i, op):
@@ -56,6 +65,7 @@ def from_transpose(p, node):
     p.add_op("transpose", node, [x.name], tuple(x.shape[k] for k in perm), {"perm": tuple(perm)})
 
 
-SPECS = [OpSpec("transpose", reference, emit, tflm, elementwise_macs)]
+SPECS = [OpSpec("transpose", reference, emit, tflm, elementwise_macs, to_int16=to_transpose16),
+         OpSpec("transpose16", reference, emit16, tflm, elementwise_macs, int16=True)]
 
 ONNX = {"Transpose": from_transpose}
