@@ -85,28 +85,18 @@ def emit16(em, i, op, name):
 
 def tflm16(b, i, op):
     """QUANTIZE (int16 -> int16) where an input's scale differs, then CONCATENATION."""
-    tfl, B, g = b.tfl, b.tfl.BuiltinOperator, b.g
-    out = g.tensors[op.output]
-    ins = []
-    for k, (t, (m, _)) in enumerate(zip(op.inputs, op.attrs["rescale"])):
-        x = b.act(t)
-        if m:
-            y = b.act("concat%d_in%d" % (i, k), nhwc(g.tensors[t].shape), out.scale, out.zero_point)
-            b.op(B.QUANTIZE, [x], [y])
-            x = y
-        ins.append(x)
-    axis = op.attrs["axis"]
-    if len(out.shape) == 4:
-        axis = (0, 3, 1, 2)[axis]
-    b.op(B.CONCATENATION, ins, [b.act(op.output)], tfl.BuiltinOptions.ConcatenationOptions,
-         tfl.ConcatenationOptionsT(axis=axis))
+    tflm(b, i, op, rescaled=[m != 0 for m, _ in op.attrs["rescale"]])
 
 
-def tflm(b, i, op):
+def tflm(b, i, op, rescaled=None):
+    """QUANTIZE where an input's parameters differ from the output's (TFLite requires them equal), constants
+    in the output's parameters, then CONCATENATION. rescaled: which inputs (16x8: from the rescales)."""
     tfl, B, g = b.tfl, b.tfl.BuiltinOperator, b.g
     out = g.tensors[op.output]
+    if rescaled is None:
+        rescaled = [t is not None for t in op.attrs["tables"]]
     ins = []
-    for k, (t, table) in enumerate(zip(op.inputs, op.attrs["tables"])):
+    for k, (t, requant) in enumerate(zip(op.inputs, rescaled)):
         if t in op.attrs["constants"]:
             c = op.attrs["constants"][t]
             x = b.const(np.ascontiguousarray(c.transpose(0, 2, 3, 1) if c.ndim == 4 else c), t, tfl.TensorType.INT8)
@@ -114,7 +104,7 @@ def tflm(b, i, op):
             ins.append(x)
             continue
         x = b.act(t)
-        if table is not None:            # to the output's parameters first, as TFLite requires
+        if requant:
             y = b.act("concat%d_in%d" % (i, k), nhwc(g.tensors[t].shape), out.scale, out.zero_point)
             b.op(B.QUANTIZE, [x], [y])
             x = y
