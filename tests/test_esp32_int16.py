@@ -251,6 +251,29 @@ def make_conv16(rng):
     return _graph([x, y], [Op("conv16", "conv", ["x"], "y", a)])
 
 
+def make_softmax16(rng):
+    """TFLite's int16 softmax over the last axis of (1, rows, n) at a random input scale."""
+    from grpo_edge.targets.esp32.textir import softmax_multiplier, softmax_tables
+    rows, n = int(rng.integers(1, 4)), int(rng.integers(1, 40))
+    x, y = _t16("x", (1, rows, n), 10 ** rng.uniform(-5, -2)), _t16("y", (1, rows, n), 1.0 / 32768)
+    m, sh = softmax_multiplier(x.scale)
+    t = softmax_tables()
+    return _graph([x, y], [Op("softmax16", "sm", ["x"], "y", {"multiplier": m, "shift": sh, "exp_lut": t["exp"],
+                                                             "recip_lut": t["recip"]})])
+
+
+def make_matmul16(rng):
+    """(1, M, K) x (1, K, N) of an int16 input and its transpose-free copy: x @ x^T needs a transpose, so the
+    right side is x itself reshaped: (1, T, D) x (1, D, T) with D = T."""
+    t = int(rng.integers(1, 9))
+    x, y = _t16("x", (1, t, t), 10 ** rng.uniform(-5, -2)), _t16("y", (1, t, t), 1.0)
+    acc_max = t * 32768.0 * 32768.0
+    m, sh = R.quantize_multiplier(32767 / acc_max * 10 ** rng.uniform(0, 1.5))
+    return _graph([x, y], [Op("matmul16", "mm", ["x", "x"], "y", {
+        "a_offset": 0, "b_offset": 0, "multiplier": m, "shift": sh, "output_offset": 0,
+        "activation_min": -32768, "activation_max": 32767})])
+
+
 # scales for the exhaustive tanh: 2^-12 and 2^-11 (TFLM's input_multiplier == 0 case), 2^-10 (a power
 # of two outside it), a calibrated hidden-layer scale, a coarse one, and 8.0 (the int64 rescale path)
 EXHAUSTIVE_LUT16 = ("gelu", "hardswish", "softplus", "leakyrelu", "scale")
@@ -281,6 +304,8 @@ def _cases():
     cases += [("%s%d" % (k, i), make_moves16(rng, k)) for k in ("transpose", "slice", "concat") for i in range(6)]
     cases += [("lsm%d" % i, make_log_softmax16(rng)) for i in range(12)]
     cases += [("conv%d" % i, make_conv16(rng)) for i in range(20)]
+    cases += [("softmax%d" % i, make_softmax16(rng)) for i in range(10)]
+    cases += [("matmul%d" % i, make_matmul16(rng)) for i in range(10)]
     return cases
 
 
@@ -668,6 +693,94 @@ def test_conv16_accumulator_overflow_is_refused_naming_the_node():
     op.attrs["bias"] = np.zeros(2, np.int32)
     with pytest.raises(ExportError, match=r"conv node '/big/Conv': the int16 x int8 accumulator could reach"):
         to_conv16(g, op)
+
+
+def test_16x8_attention_block_deploys_bit_exact_within_its_bounds(tmp_path):
+    """q k^T / sqrt(d), softmax, times v in 16x8: matmul16 (int64 accumulator, TFLite's int64 requantize),
+    softmax16 (TFLite's SoftmaxInt16), transpose16; bit-exact on host and rv32, each op within its bound."""
+    import torch
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e, self.d = torch.nn.Linear(6, 32), torch.nn.Linear(32, 3)
+            self.q, self.k, self.v = (torch.nn.Linear(8, 8) for _ in range(3))
+
+        def forward(self, x):
+            h = self.e(x).view(1, 4, 8)
+            a = torch.softmax(self.q(h) @ self.k(h).transpose(1, 2) / 2.83, dim=-1)
+            return self.d((a @ self.v(h)).reshape(1, 32))
+    f, per_op = _deploy16_bounded(tmp_path, Net(), "att", False)
+    assert len(per_op["matmul16"]) == 2 and per_op["softmax16"] and per_op["transpose16"], per_op
+    assert f["decision_agreement_fp32"] >= 0.99
+
+
+def test_16x8_softmax_head_equals_tflm(tmp_path):
+    """A softmax policy head in 16x8: onnx2int8 pins its output at 1/32768, and TFLM's SOFTMAX at int16 gives
+    our outputs."""
+    import torch
+    from grpo_edge.targets.esp32 import tflm
+    if not tflm.available():
+        pytest.skip("the tflite-micro package is not installed (the tflite extra)")
+    torch.manual_seed(5)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(6, 24), torch.nn.Linear(24, 5)
+
+        def forward(self, x):
+            return torch.softmax(self.b(torch.nn.functional.leaky_relu(self.a(x), 0.2)), dim=-1)
+    f, per_op = _deploy16_bounded(tmp_path, Net(), "smx", True)
+    assert per_op["softmax16"], per_op
+    assert f["tflm_outputs_max_lsb"] == 0
+
+
+def test_softmax16_and_matmul16_bounds_hold_on_random_rows():
+    """The documented distances from float: TFLite's int16 softmax within 2 n + 2 LSB of 2^-15 (the exp(-10)
+    floor), the int64 matmul requantize within 2 LSB (the 16-bit reduced multiplier)."""
+    from grpo_edge.targets.esp32.text_ref import mbqm64, softmax16
+    from grpo_edge.targets.esp32.textir import softmax_multiplier, softmax_tables
+    rng, t = np.random.default_rng(11), softmax_tables()
+    for s_in in (1e-5, 3e-4, 3e-3):
+        m, sh = softmax_multiplier(s_in)
+        for n in (2, 16, 64):
+            q = rng.integers(-32768, 32768, size=(200, n))
+            q[:40] //= 100
+            y = softmax16(q, m, sh, t["exp"], t["recip"]).astype(np.int64)
+            r = q * np.float64(np.float32(s_in))
+            e = np.exp(r - r.max(-1, keepdims=True))
+            want = R.quantize(np.float32(e / e.sum(-1, keepdims=True)), 1 / 32768, 0, "int16").astype(np.int64)
+            assert np.abs(y - want).max() <= 2 * n + 2, (s_in, n)
+    for _ in range(200):
+        k = int(rng.integers(1, 64))
+        acc = rng.integers(-32768, 32768, size=(8, k)) @ rng.integers(-32768, 32768, size=(k, 8))
+        real = float(np.float32(32767 / np.abs(acc).max() * 10 ** rng.uniform(-0.5, 1)))
+        mm, sh = R.quantize_multiplier(real)
+        y = np.clip(mbqm64(acc, mm, sh), -32768, 32767)
+        assert np.abs(y - np.clip(np.round(acc * real), -32768, 32767)).max() <= 2
+
+
+def _deploy16_bounded(tmp_path, module, name, tflm_on):
+    """_deploy16 for graphs whose ops have bounds above 1 LSB: every op within its own (ort_ops_over_bound 0)."""
+    import torch
+    from grpo_edge.targets import deploy
+    torch.onnx.export(module.eval(), (torch.zeros(1, 6),), str(tmp_path / (name + ".onnx")), input_names=["x"],
+                      output_names=["y"], dynamo=False, opset_version=17)
+    np.save(tmp_path / "c.npy", np.random.default_rng(0).normal(size=(400, 6)).astype(np.float32))
+    rep = deploy("esp32c3", onnx=str(tmp_path / (name + ".onnx")), out_dir=str(tmp_path / name), options={
+        "calibration": str(tmp_path / "c.npy"), "activations": "int16", "callgrind": False, "min_agreement": 0,
+        "tflm": tflm_on})
+    per_op = {}
+    for r in rep.sections["onnxruntime_check"]["per_op"]:
+        per_op.setdefault(r["op"], []).append(r["max_lsb"])
+    f = {k: v.value for k, v in rep.figures.items()}
+    assert f["activations"] == "int16" and f["host_bit_exact"] is True
+    assert f["ort_ops_over_bound"] == 0, rep.sections["onnxruntime_check"]["per_op"]
+    if rv32.available():
+        assert f["rv32_bit_exact"] is True
+    return f, per_op
 
 
 def test_int8_constant_add_operand_becomes_int16_in_a_16x8_graph():

@@ -28,7 +28,7 @@ METHODS = ("minmax", "entropy", "percentile")
 ACTIVATIONS = ("int8", "int16")
 WEIGHT_ROUNDING = ("nearest", "gptq")
 # TFLite's 16x8 mode fixes these ops' int16 output parameters (scale 1/32768, zero point 0).
-FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid")
+FIXED_INT16_OUTPUT = ("Tanh", "Sigmoid", "Softmax")
 # Elementwise ops that ORT's default op list leaves out: quantized too, so that two of them in a row (Gelu then
 # HardSigmoid) still get an int8 edge between them.
 ACTIVATION_OPS = ("Tanh", "Sigmoid", "HardSwish", "HardSigmoid", "LeakyRelu", "Relu", "Clip", "Gelu", "FastGelu",

@@ -141,7 +141,7 @@ def _per_op_vs_ort(graph, vals, B) -> list:
             continue
         d = np.abs(y.reshape(vals[target].shape).astype(np.int64) - vals[target].astype(np.int64))
         per_op.append({"op": op.kind, "node": op.name, "max_lsb": int(d.max()), "frac_diff": float((d > 0).mean()),
-                       "bound_lsb": OPS[op.kind].ort_lsb})
+                       "bound_lsb": OPS[op.kind].bound_lsb(op, graph.tensors)})
     return per_op
 
 

@@ -105,4 +105,54 @@ GX_INLINE uint32_t gx_fnv1a(uint32_t h, const void *data, int n)
     return h;
 }
 
+/* ---- TFLite's int16 softmax (SoftmaxInt16) and its 513-entry tables, shared by the text kernels
+ * (gx_text_kernels.h) and the 16x8 graph kernels (gx_kernels16.h). */
+
+/* TFLite int16 table lookup with linear interpolation (513-entry table). */
+static inline int16_t gxt_lut16(int16_t value, const int16_t *lut)
+{
+    uint16_t index = (uint16_t)(256 + (value >> 7));
+    int16_t offset = (int16_t)(value & 0x7f);
+    int16_t base = lut[index];
+    int16_t slope = (int16_t)(lut[index + 1] - lut[index]);
+    int16_t delta = (int16_t)(((int32_t)slope * offset + 64) >> 7);
+    return (int16_t)(base + delta);
+}
+
+static inline int gxt_clz32(uint32_t x)
+{
+    int n = 0;
+    if (x == 0) return 32;
+    while (!(x & 0x80000000u)) {
+        x <<= 1;
+        ++n;
+    }
+    return n;
+}
+
+/* TFLite SoftmaxInt16 over n scores (int16) -> Q0.15 probabilities; out may alias x. */
+static inline void gxt_softmax16(const int16_t *x, int n, int32_t m, int s, const int16_t *exp_lut,
+                                 const int16_t *recip_lut, int16_t *out)
+{
+    int c, hp1, rs;
+    int16_t mx = x[0], recip;
+    int32_t sum = 0, shifted;
+    int64_t round;
+    for (c = 1; c < n; ++c) if (x[c] > mx) mx = x[c];
+    for (c = 0; c < n; ++c) {
+        int32_t scaled = gx_mbqm((int32_t)x[c] - (int32_t)mx, m, s);
+        out[c] = gxt_lut16(gx_sat16(scaled + 32767), exp_lut);
+        sum += out[c];
+    }
+    hp1 = gxt_clz32((uint32_t)sum);
+    shifted = (int32_t)((((int64_t)sum << (hp1 - 1)) + (1 << 13)) >> 14);
+    recip = gxt_lut16(gx_sat16(shifted - ((1 << 15) + (1 << 16))), recip_lut);
+    rs = 31 - hp1;
+    round = (int64_t)1 << (rs - 1);
+    for (c = 0; c < n; ++c) {
+        int64_t r = ((int64_t)out[c] * (int64_t)recip + round) >> rs;
+        out[c] = (int16_t)(r < 0 ? 0 : (r > 32767 ? 32767 : r));
+    }
+}
+
 #endif /* GX_FIXEDPOINT_H */

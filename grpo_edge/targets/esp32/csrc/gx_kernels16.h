@@ -335,6 +335,42 @@ GX_INLINE void gx_conv16(const gx_conv_t *p, const int16_t *restrict in, int16_t
     }
 }
 
+/* ------------------------------------------------------------------ softmax and matmul, int16 */
+
+typedef struct {
+    int rows, n;                /* softmax over the last axis of rows x n */
+    int32_t mult;               /* input scale * beta / (10 / 65535) (TFLite SoftmaxPrepare, int16) */
+    int shift;
+    const int16_t *exp_lut, *recip_lut;     /* TFLite's 513-entry exp and 1 / (1 + x) tables */
+} gx_softmax16_t;
+
+/* TFLite's SoftmaxInt16 row by row (gxt_softmax16 in gx_fixedpoint.h): Q0.15 probabilities. */
+GX_INLINE void gx_softmax16(const gx_softmax16_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    int r;
+    for (r = 0; r < p->rows; ++r)
+        gxt_softmax16(in + (long)r * p->n, p->n, p->mult, p->shift, p->exp_lut, p->recip_lut, out + (long)r * p->n);
+}
+
+/* MatMul of two int16 activations (zero points 0): the products summed in int64, requantized with TFLite's
+ * int64 MultiplyByQuantizedMultiplier (gx_mbqm64: the multiplier reduced to 16 bits, one rounding shift),
+ * TFLite's rule for its 16x8 kernels with int64 accumulators. */
+GX_INLINE void gx_matmul16(const gx_matmul_t *p, const int16_t *restrict a, const int16_t *restrict b,
+                           int16_t *restrict out)
+{
+    int t, i, j, k;
+    for (t = 0; t < p->batches; ++t) {
+        const int16_t *at = a + (long)t * p->m * p->k, *bt = b + (long)t * p->k * p->n;
+        int16_t *ot = out + (long)t * p->m * p->n;
+        for (i = 0; i < p->m; ++i)
+            for (j = 0; j < p->n; ++j) {
+                int64_t acc = 0;
+                for (k = 0; k < p->k; ++k) acc += (int32_t)at[i * p->k + k] * (int32_t)bt[k * p->n + j];
+                ot[i * p->n + j] = (int16_t)gx_clamp(gx_mbqm64(acc, p->mult, p->shift), p->act_min, p->act_max);
+            }
+    }
+}
+
 /* ------------------------------------------------------------------ argmax over int16 */
 
 /* First index of the maximum of n int16 values, stored as int8. */

@@ -15,8 +15,9 @@ Each op module holds, for its kinds (int8 and 16x8 side by side):
   to_int16(graph, op)                      turns an int8 op of the kind into its 16x8 kind in place (int16_ref
                                            .to_16x8 calls it; the older kinds are converted there)
   ort_lsb                                  the most LSB the kind may differ from onnxruntime's QDQ run (1; TFLM's
-                                           int16 tanh: 3, its 256-entry table at 2^-15), the bound simulate.ort_check
-                                           and the deploy's figure ort_ops_over_bound hold each op to
+                                           int16 tanh: 3, its 256-entry table at 2^-15; or a function of (op, tensors)),
+                                           the bound simulate.ort_check and the deploy's figure ort_ops_over_bound
+                                           hold each op to
   scratch(op) -> int                       temporary bytes the kernel needs while it runs (planner.py puts
                                            them in the arena); none by default
   in_place(op) -> bool                     True when the kernel may write op's output over an input of the
@@ -40,6 +41,10 @@ class OpSpec(object):
         self.to_int16, self.ort_lsb = to_int16, ort_lsb
         self.scratch = scratch or no_scratch
         self.in_place = in_place if callable(in_place) else (always if in_place else never)
+
+    def bound_lsb(self, op, tensors) -> int:
+        """ort_lsb for op: a number, or a function of the op and the graph's tensors."""
+        return int(self.ort_lsb(op, tensors) if callable(self.ort_lsb) else self.ort_lsb)
 
     def __repr__(self):
         return "OpSpec(%r)" % self.kind

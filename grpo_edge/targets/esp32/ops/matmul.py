@@ -24,14 +24,42 @@ def reference(a, b, p):
     return R.clamp8(out, p["activation_min"], p["activation_max"])
 
 
-def emit(em, i, op, name):
+MATMUL16_ORT_LSB = 2        # the 16-bit reduced multiplier: measured in tests/test_esp32_int16.py
+
+
+def reference16(a, b, p):
+    """int16 x int16 (zero points 0) in int64, TFLite's int64 MultiplyByQuantizedMultiplier, int16 clamp."""
+    from ..text_ref import mbqm64
+    acc = np.matmul(R.i64(a), R.i64(b))
+    return R.clamp16(mbqm64(acc, p["multiplier"], p["shift"]), p["activation_min"], p["activation_max"])
+
+
+def to_matmul16(g, op):
+    """The int8 matmul of two int16 activations: the int64 accumulator within TFLite's 2^47, a shift below 8."""
+    k = g.tensors[op.inputs[0]].shape[-1]
+    if k * (1 << 30) >= 1 << 47 or op.attrs["shift"] >= 8:
+        raise ExportError("matmul node %r: %d terms or an output multiplier shift of %d is beyond the 16x8 "
+                          "matmul's int64 rule" % (op.name, k, op.attrs["shift"]))
+    op.kind = "matmul16"
+    op.attrs.update(a_offset=0, b_offset=0, output_offset=0, activation_min=-32768, activation_max=32767)
+
+
+def emit16(em, i, op, name):
+    return emit(em, i, op, name, kernel="gx_matmul16")
+
+
+def tflm16(b, i, op):
+    raise TargetError("no TFLM mapping for an int16 MatMul of two activations (node %r): not compared" % op.name)
+
+
+def emit(em, i, op, name, kernel="gx_matmul"):
     a, g = op.attrs, em.g
     sa, sb = g.tensors[op.inputs[0]].shape, g.tensors[op.inputs[1]].shape
     em.data.append(c_struct("gx_matmul_t", name, [
         ("batches", int(np.prod(sa[:-2]))), ("m", sa[-2]), ("k", sa[-1]), ("n", sb[-1]),
         ("a_offset", a["a_offset"]), ("b_offset", a["b_offset"]), ("mult", a["multiplier"]), ("shift", a["shift"]),
         ("out_offset", a["output_offset"]), ("act_min", a["activation_min"]), ("act_max", a["activation_max"])]))
-    return "gx_matmul(&%s, %s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.inputs[1]), em.ptr(op.output))
+    return "%s(&%s, %s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.inputs[1]), em.ptr(op.output))
 
 
 def tflm(b, i, op):
@@ -61,6 +89,7 @@ def from_activations(p, node):
     p.add_op("matmul", node, [a.name, b.name], tuple(a.shape[:-1]) + (b.shape[-1],), product_params(p, node, a, b))
 
 
-SPECS = [OpSpec("matmul", reference, emit, tflm, macs)]
+SPECS = [OpSpec("matmul", reference, emit, tflm, macs, to_int16=to_matmul16),
+         OpSpec("matmul16", reference16, emit16, tflm16, macs, int16=True, ort_lsb=MATMUL16_ORT_LSB)]
 
 ONNX = {}

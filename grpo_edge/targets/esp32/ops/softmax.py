@@ -143,7 +143,62 @@ def _log_softmax16_params(x, out, node_label=""):
     return log_softmax_params(x, out, node_label, int16=True)
 
 
-from_softmax = _last_axis_rule("softmax", "Softmax", _softmax_params)
+def _softmax16_params(x, out, node_label=""):
+    """TFLite SoftmaxPrepare at int16: the input multiplier and the exp / 1 / (1 + x) tables; the output at
+    TFLite's 1/32768, zero point 0 (onnx2int8 pins it)."""
+    from ..textir import softmax_multiplier, softmax_tables
+    if not (np.float32(out.scale) == np.float32(1.0 / 32768) and out.zero_point == 0):
+        raise ExportError("%s: a 16x8 softmax output must have scale 1/32768 and zero point 0, got %g / %d: quantize "
+                          "with grpo-edge quantize (onnx2int8 sets them)" % (node_label, out.scale, out.zero_point))
+    m, s = softmax_multiplier(x.scale)
+    t = softmax_tables()
+    return {"multiplier": m, "shift": s, "exp_lut": t["exp"], "recip_lut": t["recip"]}
+
+
+_softmax_rule = _last_axis_rule("softmax", "Softmax", _softmax_params)
+_softmax16_rule = _last_axis_rule("softmax16", "Softmax", _softmax16_params)
+
+
+def from_softmax(p, node):
+    """Softmax over the last axis: TFLite's int8 rule, or at int16 its SoftmaxInt16 (not of masked scores)."""
+    masked = p.masked.get(node.input[0])
+    if p.qtype.get(masked[0] if masked else p.act_input(node, 0)) == "int16":
+        if masked:
+            raise ExportError("%s: a masked softmax has no 16x8 form here (deploy with --activations int8)"
+                              % label(node))
+        _softmax16_rule(p, node)
+    else:
+        _softmax_rule(p, node)
+
+
+def softmax16_bound(op, tensors) -> int:
+    """TFLite's int16 softmax reads exp over [-10, 0] only: a score more than 10 below its row's maximum still
+    gets about exp(-10) (1.5-2 LSB of 2^-15) where onnxruntime gives 0, and the row's sum grows with them. The
+    documented distance from onnxruntime: 2 n + 2 LSB for rows of n (measured: 2 for n = 2, 30 for n = 16,
+    125 for n = 64, at input scales 1e-5 .. 1e-2)."""
+    return 2 * int(tensors[op.output].shape[-1]) + 2
+
+
+def reference16(x, p):
+    from ..text_ref import softmax16
+    return softmax16(x, p["multiplier"], p["shift"], p["exp_lut"], p["recip_lut"])
+
+
+def emit16(em, i, op, name):
+    a, shape = op.attrs, em.g.tensors[op.output].shape
+    em.data.append(c_array("int16_t", "%s_e%d" % (em.p, i), a["exp_lut"])
+                   + c_array("int16_t", "%s_r%d" % (em.p, i), a["recip_lut"]))
+    em.data.append(c_struct("gx_softmax16_t", name, [
+        ("rows", int(np.prod(shape)) // shape[-1]), ("n", shape[-1]), ("mult", a["multiplier"]),
+        ("shift", a["shift"]), ("exp_lut", "%s_e%d" % (em.p, i)), ("recip_lut", "%s_r%d" % (em.p, i))]))
+    return "gx_softmax16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+
+
+def tflm16(b, i, op):
+    """SOFTMAX at int16 (TFLM's SoftmaxInt16)."""
+    tfl = b.tfl
+    b.op(tfl.BuiltinOperator.SOFTMAX, [b.act(op.inputs[0])], [b.act(op.output)], tfl.BuiltinOptions.SoftmaxOptions,
+         tfl.SoftmaxOptionsT(beta=1.0))
 _log_softmax_rule = _last_axis_rule("log_softmax", "LogSoftmax", _log_softmax_params)
 _log_softmax16_rule = _last_axis_rule("log_softmax16", "LogSoftmax", _log_softmax16_params)
 
@@ -160,6 +215,7 @@ def from_log_softmax(p, node):
         _log_softmax_rule(p, node)
 
 SPECS = [OpSpec("softmax", reference, emit, tflm, elementwise_macs),
+         OpSpec("softmax16", reference16, emit16, tflm16, elementwise_macs, int16=True, ort_lsb=softmax16_bound),
          OpSpec("log_softmax", log_reference, emit, tflm, elementwise_macs),
          OpSpec("log_softmax16", log_reference16, emit, tflm, elementwise_macs, int16=True)]
 
