@@ -84,6 +84,8 @@ def deploy(
     target: str = typer.Option(..., "--target", "-t", help="A device profile (`grpo-edge targets` lists them: esp32*, rpi4/5, jetson-*)."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="A grpo-edge checkpoint."),
     onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX model instead: fp32 (quantized with --calibration where the target needs int8) or int8 QDQ."),
+    tflite: Optional[str] = typer.Option(None, "--tflite", help="ESP32 targets: an int8 TFLite model instead, compiled "
+                                         "bit-exact with TFLite Micro (--calibration: inputs to check it on, .npy)."),
     out: str = typer.Option("deploy", "--out", "-o", help="Output folder."),
     precision: Optional[str] = typer.Option(None, "--precision", help="Jetson: fp32, fp16 or int8."),
     activations: Optional[str] = typer.Option(None, "--activations", help="ESP32: auto (default: int8, or int16 "
@@ -105,7 +107,8 @@ def deploy(
     in the summary); below --min-agreement it exits 3, the folder written for inspection only.
 
     From a checkpoint, or from an ONNX model (an fp32 one
-    with --calibration, or an int8 QDQ one). A second deploy into the same folder replaces only the files
+    with --calibration, or an int8 QDQ one), or for the ESP32 from an int8 .tflite (its gate: outputs equal to
+    TFLite Micro's on the same file). A second deploy into the same folder replaces only the files
     it generated and that are unchanged (MANIFEST.sha256); an edited file is kept, the new one is NAME.new."""
     from grpo_edge.targets import deploy as deploy_target
     from grpo_edge.targets.profiles import load_profile
@@ -123,7 +126,8 @@ def deploy(
         opts["activations"] = activations
     from grpo_edge.targets.gate import GateError
     try:
-        report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts, force=force)
+        report = deploy_target(target, checkpoint=checkpoint, onnx=onnx, out_dir=out, options=opts, force=force,
+                               tflite=tflite)
     except GateError as e:             # the summary first (it shows the gate), then the one line, exit 3
         typer.echo(e.report.summary(out))
         raise

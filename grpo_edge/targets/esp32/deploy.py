@@ -26,7 +26,8 @@ CODE_PER_OP = 400                    # bytes of rv32 code per generated op (obse
 
 DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
             "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None,
-            "quantization": None, "task": None, "profile": True, "source": None, "gate": None}
+            "quantization": None, "task": None, "profile": True, "source": None, "gate": None,
+            "tflite_inputs": None, "n_tflm": 200}
 
 
 def _profile(profile):
@@ -104,12 +105,21 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     """int8 QDQ ONNX `source` -> out_dir/firmware (ESP-IDF project + generated model) and
     out_dir/report.{json,md}. options: see DEFAULTS."""
     pname, get, fsource = _profile(profile)
+    src = _check_source(source)
+    tflite_src = src.suffix == ".tflite"
+    if tflite_src:
+        options = tflite_options(options or {})
     check_options({"name": pname}, options or {}, DEFAULTS)
     opts = dict(DEFAULTS, **(options or {}))
-    src = _check_source(source)
     prefix = codegen.check_prefix(opts["prefix"] or default_prefix(src))
 
-    graph = parse.parse(src)                        # unsupported op -> ExportError, nothing written
+    if tflite_src:                                  # the TFLite front end; TFLM on the same file is the oracle
+        from .parse_tflite import tflite2ir
+        graph = tflite2ir(src)                      # unsupported op, bad file -> ExportError, nothing written
+        if opts["tflite_inputs"] is not None:
+            opts["tflite_inputs"] = user_inputs(opts["tflite_inputs"], graph.tensors[graph.input])
+    else:
+        graph = parse.parse(src)                    # unsupported op -> ExportError, nothing written
     gen = codegen.generate(graph, prefix)
     fit = fit_check(graph, gen.plan, profile)       # too big -> TargetError, nothing written
 
@@ -120,6 +130,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     rng = np.random.default_rng(opts["seed"])
     tin = graph.tensors[graph.input]
     x_q = rng.integers(tin.qmin, tin.qmax + 1, size=(opts["n_check"],) + tuple(tin.shape[1:])).astype(tin.np_dtype)
+    if tflite_src and opts["tflite_inputs"] is not None:     # the user's inputs first: checked and profiled
+        x_q = np.concatenate([opts["tflite_inputs"], x_q])
     _host_check(graph, gen, x_q, rep)               # 1. host C == reference, two optimisation levels
     fw = firmware.assemble(graph, gen, out, opts["n_vectors"], opts["seed"])
     if opts["ort"]:                                 # 2. onnxruntime QDQ within 1 LSB per op
@@ -141,7 +153,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                                 "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
                                          % (fw["dir"], pname if pname.startswith("esp32") else "esp32"),
                                 "flash": "grpo-edge flash %s --port PORT" % out}
-    rep.gate = quality_gate(rep, opts["gate"] or {}, graph.activation_dtype)
+    rep.gate = (tflm_gate(rep, 0 if opts["tflite_inputs"] is None else len(opts["tflite_inputs"])) if tflite_src
+                else quality_gate(rep, opts["gate"] or {}, graph.activation_dtype))
     from .readme import write_readme
     write_readme(out, graph, prefix, pname if pname.startswith("esp32") else "esp32", rep)
     rep.write(out)
@@ -183,13 +196,65 @@ def quality_gate(rep, settings: dict, dtype: str) -> dict:
 
 
 def _check_source(source) -> Path:
-    """The source must be an existing .onnx file (an int8 QDQ model)."""
+    """The source must be an existing .onnx file (an int8 QDQ model) or an int8 .tflite."""
     src = Path(str(source))
     if not src.is_file():
         raise TargetError("model file not found: %s" % src)
-    if src.suffix != ".onnx":
-        raise TargetError("esp32 deploy takes an int8 QDQ .onnx (export a checkpoint with onnx2int8 first), got %s" % src.name)
+    if src.suffix not in (".onnx", ".tflite"):
+        raise TargetError("esp32 deploy takes an int8 QDQ .onnx (export a checkpoint with onnx2int8 first) or an int8 "
+                          ".tflite, got %s" % src.name)
     return src
+
+
+def tflite_options(opts) -> dict:
+    """The options of a .tflite deploy: no onnxruntime (TFLM on the same file is the oracle), the file's own types
+    kept (no --activations), --calibration as inputs to check on (read when the graph is known: tflite_inputs)."""
+    opts = dict(opts)
+    opts["ort"] = False
+    for key in ("activations", "method", "weight_rounding", "calibration_samples", "min_agreement", "min_retention"):
+        if opts.get(key) not in (None, "auto"):
+            raise TargetError("--%s does not apply to a .tflite: its quantization is the file's, and its gate is "
+                              "TFLM's outputs on the same file" % key.replace("_", "-"))
+        opts.pop(key, None)
+    if opts.get("calibration") is not None:
+        opts["tflite_inputs"] = opts.pop("calibration")
+    opts.pop("calibration", None)
+    return opts
+
+
+def user_inputs(path, tin) -> np.ndarray:
+    """--calibration for a .tflite: an .npy / .npz of inputs, int8 codes as the model takes them, or float values
+    quantized with the input's scale and zero point (TFLite's QUANTIZE rule)."""
+    from grpo_edge.export.calibration import load_calibration
+    from . import reference as R
+    arrays = load_calibration(path)
+    if len(arrays) != 1:
+        raise TargetError("%s holds %d arrays (%s): a .tflite takes one input" % (path, len(arrays), ", ".join(arrays)))
+    x = np.asarray(next(iter(arrays.values())))
+    shape = tuple(tin.shape[1:])
+    if x.size % max(int(np.prod(shape)), 1) or x.size == 0:
+        raise TargetError("%s holds an array of shape %s: inputs of shape %s expected" % (path, list(x.shape), list(shape)))
+    x = x.reshape((-1,) + shape)
+    if np.issubdtype(x.dtype, np.integer):
+        if x.min() < tin.qmin or x.max() > tin.qmax:
+            raise TargetError("%s holds integers outside the input's %s range [%d, %d]" % (path, tin.dtype, tin.qmin, tin.qmax))
+        return x.astype(tin.np_dtype)
+    if not np.all(np.isfinite(x)):
+        raise TargetError("%s holds non-finite values" % path)
+    return R.quantize(x, tin.scale, tin.zero_point, tin.dtype).astype(tin.np_dtype)
+
+
+def tflm_gate(rep, user) -> dict:
+    """A .tflite's gate: the generated C's outputs equal TFLM's on the same file, on every input checked."""
+    from grpo_edge.targets import gate
+    tb = rep.sections.get("tflm_baseline") or {}
+    o = tb.get("outputs")
+    on = "inputs (%srandom across the input range), TFLM on the same .tflite" % (
+        "the %d of --calibration, then " % user if user else "")
+    if not o:
+        return gate.decide("outputs equal to TFLM's", None, 1.0, 0, "inputs: TFLM did not run (%s)"
+                           % tb.get("skipped", "pip install tflite-micro"), [], "int8")
+    return gate.decide("outputs equal to TFLM's", o["frac_equal"], 1.0, o["n_inputs"], on, [], "int8")
 
 
 def _describe_model(graph, gen, fit, quantization, rep) -> None:
@@ -421,24 +486,28 @@ def task_metrics(graph, task, fp32_onnx) -> dict:
 def tflm_baseline(graph, gen, x_q, opts, out) -> dict:
     """Same parameters in TFLite Micro: outputs, arena, flash, host instructions (callgrind)."""
     from . import reference as R
-    try:
-        buf, notes, owners = tflm.to_tflite_owned(graph)
-    except TargetError as e:
-        return {"skipped": str(e)}
-    res = {"tflm": tflm.tflm_env_note(), "notes": notes, "tflite_bytes": len(buf)}
-    (Path(out) / (gen.prefix + ".tflite")).write_bytes(buf)
+    if graph.io_layout == "tflite":                 # the user's own file: TFLM runs it as it is
+        buf, notes, owners = Path(graph.source).read_bytes(), [], graph.owners
+    else:
+        try:
+            buf, notes, owners = tflm.to_tflite_owned(graph)
+        except TargetError as e:
+            return {"skipped": str(e)}
+        (Path(out) / (gen.prefix + ".tflite")).write_bytes(buf)
+    res = {"tflm": tflm.tflm_env_note(), "notes": notes, "tflite_bytes": len(buf),
+           "model": "the source .tflite itself" if graph.io_layout == "tflite" else "our parameters written as a .tflite"}
     with tempfile.TemporaryDirectory(prefix="tflm_") as d:
         mp = Path(d) / "m.tflite"
         mp.write_bytes(buf)
         ar = tflm.find_arena(mp, d)
         res.update(ar)
-        n = min(200, len(x_q))
+        n = min(opts["n_tflm"], len(x_q))
         y = tflm.run(mp, tflm.to_tflm_input(graph, x_q[:n]), d, ar["arena_bytes"]).reshape(n, -1)
         ref = R.run(graph, x_q[:n])
-        ref = (ref.transpose(0, 2, 3, 1) if ref.ndim == 4 else ref).reshape(n, -1)
+        ref = (ref.transpose(0, 2, 3, 1) if ref.ndim == 4 and graph.io_layout == "onnx" else ref).reshape(n, -1)
         diff = np.abs(y.astype(np.int64) - ref.astype(np.int64))
         res["outputs"] = {"n_inputs": n, "bit_exact": bool(diff.max() == 0), "max_lsb": int(diff.max()),
-                          "frac_diff": float((diff > 0).mean()),
+                          "frac_diff": float((diff > 0).mean()), "frac_equal": float((diff.max(axis=1) == 0).mean()),
                           "reason": "; ".join(notes) if diff.max() else ""}
         if opts["callgrind"] and (shutil_which("valgrind") or _require_tools()):
             k = opts["n_callgrind"]

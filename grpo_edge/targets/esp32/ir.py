@@ -112,6 +112,8 @@ class Graph:
     output: str
     model_hash: str = ""
     source: str = ""
+    io_layout: str = "onnx"     # "onnx": 4-D input / output NCHW; "tflite": in TFLite's shapes and byte order
+    owners: Any = None          # from a .tflite: owners[k] = the index of the op computing TFLite operator k
 
     def storage_root(self) -> Dict[str, str]:
         """Map each tensor to the tensor whose storage it uses (reshape outputs alias their input)."""

@@ -151,6 +151,8 @@ def to_tflm_input(graph, x_int8):
     x, dt = np.asarray(x_int8), graph.tensors[graph.input].np_dtype
     if x.dtype != dt and np.can_cast(x.dtype, dt):
         x = x.astype(dt)
+    if graph.io_layout == "tflite":         # a graph read from a .tflite takes TFLite's layout already
+        return x
     return x.transpose(0, 2, 3, 1) if x.ndim == 4 else x
 
 

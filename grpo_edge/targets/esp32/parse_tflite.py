@@ -1,0 +1,643 @@
+"""The TFLite front end: an int8 .tflite flatbuffer (TensorFlow's full-integer converter, or any writer that
+follows the schema) -> the IR, keeping TFLite's numbers exactly.
+
+    graph = tflite2ir("kws.tflite")         # ExportError (one line, naming the tensor or operator) when it cannot
+
+The flatbuffer is read with the schema that ships inside the tflite-micro package (every field, no
+TensorFlow). Each operator's kernel parameters are computed as TFLite Micro's Prepare computes them from the
+file's scales (kernels/*_common.cc), so the generated C is bit-exact with TFLM on the same file:
+  CONV_2D, DEPTHWISE_CONV_2D  per-channel QuantizeMultiplier(double(s_in) * double(s_w[c]) / double(s_out))
+                              (a per-tensor filter scale repeated for every channel: the same formula)
+  FULLY_CONNECTED             per-channel as above; per-tensor (one filter scale) GetQuantizedConvolutionMultipler:
+                              double(float(s_in * s_w)) / double(s_out), the float product first
+  fused activations           CalculateActivationRangeQuantized (zp + round(f / s_out), clamped)
+  SAME padding                ComputePaddingHeightWidth: total = max((out - 1) * stride + (k - 1) * dil + 1 - in, 0),
+                              before = total // 2
+  AVERAGE_POOL_2D, MAX_POOL_2D  no rescale (TFLM requires equal input and output scales), the fused clamp
+  ADD                         add_common.cc (ops/add.py: add_params), the fused clamp
+  SOFTMAX                     PreprocessSoftmaxScaling(beta, s_in) (softmax_ref.softmax_params)
+
+Layout: TFLite is NHWC, the IR NCHW (its kernels and planner work there). A 4-D activation is held NCHW in
+the IR; where the order of the bytes matters (the graph's input and output, a RESHAPE of an image whose
+channels and pixels are both more than one) a transpose op moves them, elsewhere (C == 1 or H * W == 1) a
+reshape names the same bytes. The graph's input and output keep TFLite's shapes, byte order and types, so the
+generated API takes and returns exactly what TFLM's set_input / get_output do.
+
+`owners[k]`: the IR op that TFLite operator k computes (the per-op profile puts TFLM's instructions for
+operator k beside ours).
+"""
+import math
+from pathlib import Path
+
+import numpy as np
+
+from grpo_edge.errors import ExportError
+
+from . import reference as R
+from .ir import Graph, Op, TensorInfo, file_hash
+
+NHWC2NCHW, NCHW2NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
+ACTIVATIONS = {0: "none", 1: "relu", 2: "relu_n1_to_1", 3: "relu6"}    # ActivationFunctionType
+QUANTIZE_HINT = ("quantize it to int8 with TensorFlow Lite's converter (converter.optimizations = [tf.lite."
+                 "Optimize.DEFAULT], a representative_dataset, target_spec.supported_ops = [tf.lite.OpsSet."
+                 "TFLITE_BUILTINS_INT8], inference_input_type = inference_output_type = tf.int8)")
+
+
+def _schema():
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
+    return tfl
+
+
+def op_names() -> dict:
+    """{builtin code: name} of TFLite's schema (BuiltinOperator)."""
+    tfl = _schema()
+    return {v: k for k, v in vars(tfl.BuiltinOperator).items() if not k.startswith("_")}
+
+
+def type_names() -> dict:
+    tfl = _schema()
+    return {v: k for k, v in vars(tfl.TensorType).items() if not k.startswith("_")}
+
+
+def load_tflite(path):
+    """The file's ModelT (object API: every field unpacked), or a one-line ExportError for a file that is not a
+    TFLite flatbuffer, or a truncated / corrupt one."""
+    path = Path(str(path))
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ExportError("cannot read %s: %s" % (path, e.strerror or e))
+    if len(raw) < 8 or raw[4:8] != b"TFL3":
+        raise ExportError("%s is not a TFLite model (no TFL3 flatbuffer identifier in its first 8 bytes)" % path.name)
+    tfl = _schema()
+    try:
+        model = tfl.ModelT.InitFromPackedBuf(raw, 0)
+    except Exception as e:  # noqa: BLE001 - flatbuffers raises IndexError, struct.error, ... on bad offsets
+        raise ExportError("%s is truncated or corrupt: its flatbuffer cannot be read (%s)" % (path.name, type(e).__name__))
+    return model, raw
+
+
+def tflite2ir(path) -> Graph:
+    """A .tflite file -> the IR (Graph), with graph.owners (TFLite operator -> IR op index). Raises ExportError
+    (one line) for anything that cannot be compiled, before any file is written."""
+    model, raw = load_tflite(path)
+    reader = _Reader(model, raw, Path(str(path)).name)
+    g = reader.run()
+    g.model_hash = file_hash(path)
+    g.source = str(path)
+    return g
+
+
+def _fmt_shape(s):
+    return "x".join(str(int(d)) for d in s)
+
+
+class _Reader:
+    def __init__(self, model, raw, fname):
+        self.m, self.raw, self.fname = model, raw, fname
+        self.names, self.types = op_names(), type_names()
+        subgraphs = model.subgraphs or []
+        if len(subgraphs) != 1:
+            raise ExportError("%s has %d subgraphs: the compiler takes exactly one (control flow, WHILE / IF / "
+                              "CALL_ONCE, is not supported)" % (fname, len(subgraphs)))
+        self.sg = subgraphs[0]
+        self.tt = self.sg.tensors or []
+        self.tensors = {}          # IR name -> TensorInfo
+        self.ops = []              # IR ops
+        self.ir = {}               # TFLite tensor index -> IR tensor name (4-D: NCHW in the IR)
+        self.owner_ops = []        # per TFLite operator: the IR Op that computes it (or None)
+        self.used_names = set()
+
+    # -- tensors
+    def tname(self, i):
+        t = self.tt[i]
+        n = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else str(t.name or "")
+        return n or "tensor%d" % i
+
+    def tlabel(self, i):
+        return "tensor %r (index %d)" % (self.tname(i), i)
+
+    def check_index(self, i, what):
+        if not isinstance(i, (int, np.integer)) or i < 0 or i >= len(self.tt):
+            raise ExportError("%s refers to tensor index %s, the subgraph has %d tensors" % (what, i, len(self.tt)))
+
+    def shape(self, i):
+        s = self.tt[i].shape
+        return tuple(int(d) for d in (s if s is not None else ()))
+
+    def dtype(self, i):
+        return self.types.get(self.tt[i].type, str(self.tt[i].type))
+
+    def quant(self, i, per_channel=False):
+        """(scales float32 array, zero points int64 array, quantized dimension) of tensor i; checked finite, > 0."""
+        q = self.tt[i].quantization
+        scale = None if q is None or q.scale is None else np.asarray(q.scale, np.float32).reshape(-1)
+        if scale is None or scale.size == 0:
+            raise ExportError("%s has no quantization scale: the model is not quantized (%s)" % (self.tlabel(i), QUANTIZE_HINT))
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            bad = scale[~(np.isfinite(scale) & (scale > 0))][0]
+            raise ExportError("%s has a zero, negative or non-finite scale (%r)" % (self.tlabel(i), float(bad)))
+        zp = np.zeros(scale.size, np.int64) if q.zeroPoint is None else np.asarray(q.zeroPoint, np.int64).reshape(-1)
+        if zp.size != scale.size:
+            raise ExportError("%s has %d scales but %d zero points" % (self.tlabel(i), scale.size, zp.size))
+        if scale.size > 1 and not per_channel:
+            raise ExportError("%s is quantized per channel (%d scales): activations take one scale"
+                              % (self.tlabel(i), scale.size))
+        return scale, zp, int(q.quantizedDimension or 0)
+
+    def const(self, i, what):
+        """Constant tensor i as a NumPy array of its shape, from its buffer."""
+        t = self.tt[i]
+        nb = len(self.m.buffers or [])
+        if t.buffer is None or t.buffer <= 0 or t.buffer >= nb:
+            raise ExportError("%s (%s) must be a constant, but its buffer %s is %s (the file has %d buffers)"
+                              % (self.tlabel(i), what, t.buffer, "missing" if t.buffer and t.buffer >= nb else "empty",
+                                 nb))
+        b = self.m.buffers[t.buffer]
+        if b.offset and b.offset > 1:                      # data after the flatbuffer (models over 2 GB)
+            data = self.raw[int(b.offset):int(b.offset) + int(b.size)]
+        else:
+            data = b.data
+        np_type = {"INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FLOAT32": np.float32,
+                   "UINT8": np.uint8}.get(self.dtype(i))
+        if np_type is None:
+            raise ExportError("%s (%s) has type %s: not supported" % (self.tlabel(i), what, self.dtype(i)))
+        arr = np.frombuffer(bytes(bytearray(data)) if data is not None else b"", dtype=np_type)
+        shape = self.shape(i)
+        if arr.size != int(np.prod(shape)):
+            raise ExportError("%s (%s): its buffer holds %d values, its shape %s needs %d"
+                              % (self.tlabel(i), what, arr.size, list(shape), int(np.prod(shape))))
+        return arr.reshape(shape)
+
+    def is_const(self, i):
+        t = self.tt[i]
+        if t.buffer is None or t.buffer <= 0 or t.buffer >= len(self.m.buffers or []):
+            return False
+        b = self.m.buffers[t.buffer]
+        return (b.data is not None and len(b.data) > 0) or bool(b.offset and b.offset > 1)
+
+    def new_tensor(self, name, shape, scale, zp, dtype="int8"):
+        base, k = name, 1
+        while name in self.tensors:
+            k += 1
+            name = "%s#%d" % (base, k)
+        self.tensors[name] = TensorInfo(name, tuple(int(d) for d in shape), scale, zp, dtype)
+        return self.tensors[name]
+
+    def act_info(self, i):
+        """(scale, zero point, IR dtype) of activation tensor i: int8 (any zero point) or int16 (zero point 0)."""
+        dt = self.dtype(i)
+        if dt == "FLOAT32":
+            raise ExportError("%s is float32: %s is a float model; %s" % (self.tlabel(i), self.fname, QUANTIZE_HINT))
+        if dt not in ("INT8", "INT16"):
+            raise ExportError("%s has type %s: activations must be int8 (or int16, 16x8 mode)" % (self.tlabel(i), dt))
+        scale, zp, _ = self.quant(i)
+        if dt == "INT16" and int(zp[0]) != 0:
+            raise ExportError("%s is int16 with zero point %d: 16x8 activations are symmetric" % (self.tlabel(i), zp[0]))
+        return R.f32(scale[0]), int(zp[0]), dt.lower()
+
+    def act(self, i, what):
+        """The IR tensor that holds activation i (4-D: NCHW)."""
+        if i not in self.ir:
+            if self.is_const(i):
+                raise ExportError("%s (%s) is a constant: an activation is expected there" % (self.tlabel(i), what))
+            raise ExportError("%s (%s) is not computed by any earlier operator" % (self.tlabel(i), what))
+        return self.tensors[self.ir[i]]
+
+    def out_tensor(self, i, ir_shape):
+        """Create the IR tensor for TFLite output tensor i with the IR shape (NCHW for 4-D), checked against the
+        file's shape."""
+        want = self.shape(i)
+        tfl_shape = tuple(ir_shape[k] for k in NCHW2NHWC) if len(ir_shape) == 4 else tuple(ir_shape)
+        if want and tuple(want) != tuple(tfl_shape):
+            raise ExportError("%s has shape %s, but the operator computes %s" % (self.tlabel(i), list(want), list(tfl_shape)))
+        scale, zp, dt = self.act_info(i)
+        t = self.new_tensor(self.tname(i), ir_shape, scale, zp, dt)
+        self.ir[i] = t.name
+        return t
+
+    def add(self, kind, label, inputs, out, attrs):
+        op = Op(kind, label, [t.name for t in inputs], out.name, attrs)
+        self.ops.append(op)
+        return op
+
+    # -- layout: TFLite's byte order (NHWC) <-> the IR's (NCHW)
+    def nhwc_bytes(self, x, label):
+        """An IR tensor whose bytes are in TFLite's order, of TFLite's shape: x itself (rank < 4), a reshape (C == 1
+        or H * W == 1) or a transpose of x (4-D)."""
+        if len(x.shape) != 4:
+            return x
+        _, C, H, W = x.shape
+        shape = (1, H, W, C)
+        t = self.new_tensor(x.name + "/nhwc", shape, x.scale, x.zero_point, x.dtype)
+        if C == 1 or H * W == 1:
+            self.add("reshape", label + "/view", [x], t, {})
+        else:
+            self.add("transpose", label + "/to_nhwc", [x], t, {"perm": NCHW2NHWC})
+        return t
+
+    def from_nhwc_bytes(self, t, name, label):
+        """The IR tensor (NCHW) for bytes t in TFLite's order and 4-D NHWC shape."""
+        _, H, W, C = t.shape
+        x = self.new_tensor(name, (1, C, H, W), t.scale, t.zero_point, t.dtype)
+        if C == 1 or H * W == 1:
+            self.add("reshape", label + "/view", [t], x, {})
+        else:
+            self.add("transpose", label + "/to_nchw", [t], x, {"perm": NHWC2NCHW})
+        return x
+
+    # -- the walk
+    def run(self) -> Graph:
+        from .parse import compile_refusal  # noqa: F401  (the ONNX front end's wording, kept alike)
+        sg = self.sg
+        ins, outs = list(sg.inputs if sg.inputs is not None else []), list(sg.outputs if sg.outputs is not None else [])
+        if len(ins) != 1 or len(outs) != 1:
+            raise ExportError("%s has %d inputs and %d outputs: the compiler takes models with one input and one output"
+                              % (self.fname, len(ins), len(outs)))
+        self.check_index(ins[0], "the subgraph's input")
+        self.check_index(outs[0], "the subgraph's output")
+        self._input(ins[0])
+        problems, poisoned = [], set()
+        codes = self.m.operatorCodes or []
+        rules = RULES
+        for k, op in enumerate(sg.operators or []):
+            if op.opcodeIndex is None or op.opcodeIndex >= len(codes):
+                raise ExportError("operator %d refers to operator code %s, the file has %d" % (k, op.opcodeIndex, len(codes)))
+            oc = codes[op.opcodeIndex]
+            code = max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))
+            name = self.names.get(code, "CUSTOM" if code == 32 else "builtin %d" % code)
+            if name == "CUSTOM":
+                cc = oc.customCode.decode("utf-8", "replace") if isinstance(oc.customCode, bytes) else oc.customCode
+                name = "CUSTOM %s" % cc
+            label = "operator %d (%s)" % (k, name)
+            ins_k = [int(i) for i in (op.inputs if op.inputs is not None else [])]
+            outs_k = [int(i) for i in (op.outputs if op.outputs is not None else [])]
+            for i in ins_k + outs_k:
+                if i != -1:
+                    self.check_index(i, label)
+            self.owner_ops.append(None)
+            if name not in rules:                        # listed even behind another refusal: the user sees all
+                problems.append("%d %s" % (k, name))
+                poisoned.update(outs_k)
+                continue
+            if any(i in poisoned for i in ins_k):
+                poisoned.update(outs_k)
+                continue
+            if len(outs_k) != 1:
+                raise ExportError("%s has %d outputs, 1 expected" % (label, len(outs_k)))
+            n_before = len(self.ops)
+            try:
+                rules[name](self, label, op, ins_k, outs_k[0])
+            except ExportError as e:
+                if "is a float model" in str(e):
+                    raise
+                problems.append("%d %s (%s)" % (k, name, e))
+                poisoned.update(outs_k)
+                continue
+            self.owner_ops[-1] = self.ops[-1] if len(self.ops) > n_before else None
+        if problems:
+            raise ExportError("%d operator%s of %s cannot be compiled for the ESP32: %s (it compiles %s)"
+                              % (len(problems), "" if len(problems) == 1 else "s", self.fname, "; ".join(problems),
+                                 ", ".join(sorted(rules))))
+        return self._finish(outs[0])
+
+    def _input(self, i):
+        scale, zp, dt = self.act_info(i)
+        shape = self.shape(i)
+        if not shape or any(d <= 0 for d in shape):
+            raise ExportError("the input %s has shape %s: fixed sizes are needed" % (self.tlabel(i), list(shape)))
+        shape = (1,) + shape[1:]
+        self.input = self.new_tensor(self.tname(i), shape, scale, zp, dt).name
+        if len(shape) == 4:
+            self.ir[i] = self.from_nhwc_bytes(self.tensors[self.input], self.tname(i) + "/nchw", "input").name
+        else:
+            self.ir[i] = self.input
+
+    def _finish(self, o):
+        if o not in self.ir:
+            raise ExportError("the output %s is not computed by any operator" % self.tlabel(o))
+        out = self.nhwc_bytes(self.tensors[self.ir[o]], "output")
+        if out.name == self.input:
+            raise ExportError("%s has no compute operators" % self.fname)
+        from .parse import _prune
+        ops = _prune(self.ops, {out.name}, out.name)
+        g = Graph(self.tensors, ops, self.input, out.name)
+        index = {id(op): k for k, op in enumerate(ops)}
+        g.owners = [index.get(id(op)) if op is not None else None for op in self.owner_ops]
+        g.io_layout = "tflite"
+        if any(t.dtype == "int16" for t in g.tensors.values()):
+            raise ExportError("%s has int16 activations (16x8): not compiled from TFLite yet" % self.fname)
+        return g
+
+    # -- shared pieces of the op rules
+    def options(self, op, label, cls):
+        o = op.builtinOptions
+        if o is None:
+            return cls()
+        if not isinstance(o, cls):
+            raise ExportError("its options are %s, %s expected" % (type(o).__name__, cls.__name__))
+        return o
+
+    def activation_range(self, code, out):
+        kind = ACTIVATIONS.get(int(code or 0))
+        if kind is None:
+            raise ExportError("fused activation %d is not supported (NONE, RELU, RELU_N1_TO_1, RELU6)" % code)
+        if kind == "relu_n1_to_1":
+            return R.activation_range("clip", out.scale, out.zero_point, -1.0, 1.0)
+        return R.activation_range(kind, out.scale, out.zero_point)
+
+    def weights(self, i, what, channels, axis):
+        """int8 weights (zero point 0) and their scales, one per output channel (a per-tensor scale repeated);
+        per_channel tells which TFLM formula applies."""
+        if self.dtype(i) == "FLOAT32":
+            raise ExportError("%s is float32: %s is a float model; %s" % (self.tlabel(i), self.fname, QUANTIZE_HINT))
+        if self.dtype(i) != "INT8":
+            raise ExportError("%s (%s) has type %s: int8 weights expected" % (self.tlabel(i), what, self.dtype(i)))
+        w = self.const(i, what)
+        scale, zp, qdim = self.quant(i, per_channel=True)
+        if np.any(zp != 0):
+            raise ExportError("%s (%s) has a non-zero zero point: weights must be symmetric" % (self.tlabel(i), what))
+        if scale.size > 1 and (scale.size != channels or qdim != axis):
+            raise ExportError("%s (%s) has %d scales on dimension %d: one per output channel (%d) on dimension %d expected"
+                              % (self.tlabel(i), what, scale.size, qdim, channels, axis))
+        return w, (scale if scale.size > 1 else np.repeat(scale, channels)), scale.size > 1
+
+    def bias(self, ins, k, n, what):
+        if len(ins) <= k or ins[k] == -1:
+            return np.zeros(n, np.int32)
+        i = ins[k]
+        if self.dtype(i) != "INT32":
+            raise ExportError("%s (%s) has type %s: an int32 bias expected" % (self.tlabel(i), what, self.dtype(i)))
+        b = self.const(i, what).reshape(-1)
+        if b.size != n:
+            raise ExportError("%s (%s) has %d values for %d output channels" % (self.tlabel(i), what, b.size, n))
+        return b.astype(np.int32)
+
+    def per_channel_multipliers(self, s_in, s_w, s_out):
+        """PopulateConvolutionQuantizationParams / per-channel FC: double(s_in) * double(s_w[c]) / double(s_out)."""
+        pairs = [R.quantize_multiplier(float(np.float32(s_in)) * float(sw) / float(np.float32(s_out))) for sw in s_w]
+        return np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32)
+
+    def padding(self, code, hw, k, strides, dil, label):
+        """(top, left, bottom, right) and the output (OH, OW) for TFLite's SAME / VALID."""
+        pads, out = [], []
+        for d in range(2):
+            dk = (k[d] - 1) * dil[d] + 1
+            if code == 0:                                    # SAME
+                o = -(-hw[d] // strides[d])
+                total = max((o - 1) * strides[d] + dk - hw[d], 0)
+                pads.append((total // 2, total - total // 2))
+            elif code == 1:                                  # VALID
+                o = (hw[d] - dk) // strides[d] + 1
+                pads.append((0, 0))
+            else:
+                raise ExportError("padding %r is neither SAME nor VALID" % code)
+            if o < 1:
+                raise ExportError("a %dx%d window over a %dx%d input leaves no output" % (k[0], k[1], hw[0], hw[1]))
+            out.append(o)
+        return (pads[0][0], pads[1][0], pads[0][1], pads[1][1]), tuple(out)
+
+    def positive(self, v, what):
+        if v is None or int(v) < 1:
+            raise ExportError("%s must be at least 1, got %r" % (what, v))
+        return int(v)
+
+
+# ----------------------------------------------------------------------------- the op rules
+
+def fully_connected(r, label, op, ins, o):
+    tfl = _schema()
+    opt = r.options(op, label, tfl.FullyConnectedOptionsT)
+    if int(opt.weightsFormat or 0) != 0:
+        raise ExportError("shuffled weights (weightsFormat %d) are not supported" % opt.weightsFormat)
+    if opt.asymmetricQuantizeInputs:
+        raise ExportError("hybrid quantization (float inputs, int8 weights): %s" % QUANTIZE_HINT)
+    x = r.act(ins[0], "input")
+    ws = r.shape(ins[1])
+    if len(ws) != 2:
+        raise ExportError("weights %s have shape %s, (out, in) expected" % (r.tlabel(ins[1]), list(ws)))
+    n_out, n_in = ws
+    x = r.nhwc_bytes(x, label)                         # TFLite flattens in its own byte order
+    if x.size % n_in:
+        raise ExportError("input of %d values does not split into rows of %d (weights %s)" % (x.size, n_in, list(ws)))
+    rows = x.size // n_in
+    if len(x.shape) != 2 or x.shape[1] != n_in:
+        v = r.new_tensor(x.name + "/rows", (1, n_in) if rows == 1 else (1, rows, n_in), x.scale, x.zero_point, x.dtype)
+        r.add("reshape", label + "/rows", [x], v, {})
+        x = v
+    w, s_w, per_channel = r.weights(ins[1], "weights", n_out, 0)
+    bias = r.bias(ins, 2, n_out, "bias")
+    ir_shape = (1, n_out) if rows == 1 else (1, rows, n_out)
+    want = r.shape(o)
+    if opt.keepNumDims or (want and len(want) != len(ir_shape) and int(np.prod(want)) == int(np.prod(ir_shape))):
+        ir_shape = tuple(want) if want else ir_shape
+    s_out, zp_out, _ = r.act_info(o)
+    if per_channel:
+        mult, shift = r.per_channel_multipliers(x.scale, s_w, s_out)
+    else:
+        m, s = R.quantize_multiplier(float(np.float32(np.float32(x.scale) * s_w[0])) / float(np.float32(s_out)))
+        mult, shift = np.full(n_out, m, np.int32), np.full(n_out, s, np.int32)
+    out = r.out_tensor(o, ir_shape if len(ir_shape) != 4 else (1, ir_shape[3], ir_shape[1], ir_shape[2]))
+    if len(out.shape) == 4:
+        raise ExportError("a 4-D output is not supported")
+    lo, hi = r.activation_range(opt.fusedActivationFunction, out)
+    r.add("fc", label, [x], out, {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
+                                  "weight_scales": s_w.astype(np.float32), "multiplier": mult, "shift": shift,
+                                  "output_offset": out.zero_point, "activation_min": lo, "activation_max": hi})
+
+
+def _conv(r, label, op, ins, o, depthwise):
+    tfl = _schema()
+    opt = r.options(op, label, tfl.DepthwiseConv2DOptionsT if depthwise else tfl.Conv2DOptionsT)
+    x = r.act(ins[0], "input")
+    if len(x.shape) != 4:
+        raise ExportError("input %s has rank %d: NHWC (4-D) expected" % (r.tlabel(ins[0]), len(x.shape)))
+    _, C, H, W = x.shape
+    ws = r.shape(ins[1])
+    if len(ws) != 4:
+        raise ExportError("filter %s has shape %s: 4-D expected" % (r.tlabel(ins[1]), list(ws)))
+    if depthwise:
+        _, KH, KW, OC = ws
+        if ws[0] != 1 or OC % C:
+            raise ExportError("depthwise filter shape %s does not fit %d input channels" % (list(ws), C))
+        mult = int(opt.depthMultiplier or 0) or OC // C
+        if OC != C * mult:
+            raise ExportError("depthwise filter has %d channels, input %d x depth multiplier %d" % (OC, C, mult))
+        w, s_w, _ = r.weights(ins[1], "filter", OC, 3)
+        w = w[0].transpose(2, 0, 1)[:, None]               # (1, KH, KW, C*M) -> (C*M, 1, KH, KW)
+        group = C
+    else:
+        OC, KH, KW, IC = ws
+        if IC < 1 or C % IC or OC % (C // IC):
+            raise ExportError("filter shape %s does not fit %d input channels" % (list(ws), C))
+        w, s_w, _ = r.weights(ins[1], "filter", OC, 0)
+        w = w.transpose(0, 3, 1, 2)                        # OHWI -> OIHW
+        group = C // IC
+    strides = (r.positive(opt.strideH, "strideH"), r.positive(opt.strideW, "strideW"))
+    dil = (r.positive(opt.dilationHFactor or 1, "dilationHFactor"), r.positive(opt.dilationWFactor or 1, "dilationWFactor"))
+    pads, (oh, ow) = r.padding(opt.padding, (H, W), (KH, KW), strides, dil, label)
+    bias = r.bias(ins, 2, OC, "bias")
+    out = r.out_tensor(o, (1, OC, oh, ow))
+    m, s = r.per_channel_multipliers(x.scale, s_w, out.scale)
+    lo, hi = r.activation_range(opt.fusedActivationFunction, out)
+    r.add("conv", label, [x], out, {"weights": np.ascontiguousarray(w, np.int8), "bias": bias,
+                                    "input_offset": -x.zero_point, "strides": strides, "dilations": dil, "pads": pads,
+                                    "group": group, "weight_scales": s_w.astype(np.float32), "multiplier": m,
+                                    "shift": s, "output_offset": out.zero_point, "activation_min": lo,
+                                    "activation_max": hi})
+
+
+def conv_2d(r, label, op, ins, o):
+    _conv(r, label, op, ins, o, False)
+
+
+def depthwise_conv_2d(r, label, op, ins, o):
+    _conv(r, label, op, ins, o, True)
+
+
+def _pool(r, label, op, ins, o, kind):
+    tfl = _schema()
+    opt = r.options(op, label, tfl.Pool2DOptionsT)
+    x = r.act(ins[0], "input")
+    if len(x.shape) != 4:
+        raise ExportError("input %s has rank %d: NHWC (4-D) expected" % (r.tlabel(ins[0]), len(x.shape)))
+    _, C, H, W = x.shape
+    k = (r.positive(opt.filterHeight, "filterHeight"), r.positive(opt.filterWidth, "filterWidth"))
+    strides = (r.positive(opt.strideH, "strideH"), r.positive(opt.strideW, "strideW"))
+    pads, (oh, ow) = r.padding(opt.padding, (H, W), k, strides, (1, 1), label)
+    s_out, zp_out, _ = r.act_info(o)
+    if abs(float(s_out) - float(x.scale)) > 1e-6 or zp_out != x.zero_point:   # TFLM's pooling Prepare
+        raise ExportError("input and output quantization differ (%g / %d vs %g / %d): TFLite pools do not rescale"
+                          % (x.scale, x.zero_point, s_out, zp_out))
+    out = r.out_tensor(o, (1, C, oh, ow))
+    lo, hi = r.activation_range(opt.fusedActivationFunction, out)
+    attrs = {"kernel": k, "strides": strides, "pads": pads, "activation_min": lo, "activation_max": hi}
+    if kind == "avgpool":
+        count = k[0] * k[1]
+        attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, out.scale, count)
+        attrs.update({"mode": "round_div", "count": count, "input_zero_point": x.zero_point,
+                      "output_offset": out.zero_point})
+    r.add(kind, label, [x], out, attrs)
+
+
+def average_pool_2d(r, label, op, ins, o):
+    _pool(r, label, op, ins, o, "avgpool")
+
+
+def max_pool_2d(r, label, op, ins, o):
+    _pool(r, label, op, ins, o, "maxpool")
+
+
+def add(r, label, op, ins, o):
+    from .ops.add import add_params
+    tfl = _schema()
+    opt = r.options(op, label, tfl.AddOptionsT)
+    if len(ins) != 2:
+        raise ExportError("%d inputs, 2 expected" % len(ins))
+    a, b = r.act(ins[0], "input 0"), r.act(ins[1], "input 1")
+    if tuple(a.shape) != tuple(b.shape):
+        raise ExportError("inputs of shapes %s and %s: broadcasting is not supported yet"
+                          % (_fmt_shape(r.shape(ins[0])), _fmt_shape(r.shape(ins[1]))))
+    if a.dtype != "int8":
+        raise ExportError("int16 ADD is not supported from TFLite yet")
+    out = r.out_tensor(o, a.shape)
+    attrs = add_params(a, b, out)
+    attrs["activation_min"], attrs["activation_max"] = r.activation_range(opt.fusedActivationFunction, out)
+    r.add("add", label, [a, b], out, attrs)
+
+
+def reshape(r, label, op, ins, o):
+    """RESHAPE / SQUEEZE / EXPAND_DIMS: the same bytes in TFLite's order under the output's shape."""
+    x = r.act(ins[0], "input")
+    want = r.shape(o)
+    if not want:
+        raise ExportError("output %s has no shape" % r.tlabel(o))
+    s_out, zp_out, _ = r.act_info(o)
+    if np.float32(s_out) != np.float32(x.scale) or zp_out != x.zero_point:
+        raise ExportError("input and output quantization differ")
+    if int(np.prod(want)) != x.size:
+        raise ExportError("output shape %s has %d values, the input %d" % (list(want), int(np.prod(want)), x.size))
+    t = r.nhwc_bytes(x, label)
+    want = (1,) + tuple(want[1:])
+    if len(want) == 4:
+        v = r.new_tensor(r.tname(o) + "/nhwc", want, x.scale, x.zero_point, x.dtype)
+        r.add("reshape", label, [t], v, {})
+        y = r.from_nhwc_bytes(v, r.tname(o), label)
+        r.ir[o] = y.name
+    else:
+        y = r.out_tensor(o, want)
+        r.add("reshape", label, [t], y, {})
+
+
+def softmax(r, label, op, ins, o):
+    from .softmax_ref import softmax_params
+    tfl = _schema()
+    opt = r.options(op, label, tfl.SoftmaxOptionsT)
+    x = r.act(ins[0], "input")
+    if len(x.shape) == 4:
+        raise ExportError("softmax of a 4-D tensor (over its channels) is not supported yet")
+    if x.dtype != "int8":
+        raise ExportError("int16 SOFTMAX is not supported from TFLite yet")
+    out = r.out_tensor(o, x.shape)
+    if not (np.float32(out.scale) == np.float32(1.0 / 256) and out.zero_point == -128):
+        raise ExportError("output scale %g / zero point %d: TFLite's int8 softmax writes 1/256 and -128"
+                          % (out.scale, out.zero_point))
+    beta = float(np.float32(opt.beta if opt.beta is not None else 1.0))
+    scaled = TensorInfo(x.name, x.shape, beta * float(np.float32(x.scale)), x.zero_point)   # double(beta) * s_in
+    attrs = softmax_params(scaled, out, label)
+    r.add("softmax", label, [x], out, attrs)
+
+
+def pad(r, label, op, ins, o):
+    """PAD / PADV2 (constant mode): the output's zero point, or PADV2's constant, in the new cells."""
+    x = r.act(ins[0], "input")
+    widths = np.asarray(r.const(ins[1], "paddings"), np.int64)
+    rank = len(x.shape)
+    if widths.shape != (rank, 2) or widths.min(initial=0) < 0 or tuple(widths[0]) != (0, 0):
+        raise ExportError("paddings %s do not fit a rank-%d input (none on the batch axis, no cropping)"
+                          % (widths.tolist(), rank))
+    s_out, zp_out, _ = r.act_info(o)
+    if np.float32(s_out) != np.float32(x.scale) or zp_out != x.zero_point:
+        raise ExportError("input and output quantization differ")
+    if rank == 4:                                      # NHWC paddings -> NCHW
+        widths = widths[list(NHWC2NCHW)]
+    value = zp_out
+    if len(ins) > 2 and ins[2] != -1:
+        v = r.const(ins[2], "constant value").reshape(-1)
+        if v.size != 1:
+            raise ExportError("the constant value must be a scalar")
+        value = int(v[0])
+    shape = tuple(int(d + w0 + w1) for d, (w0, w1) in zip(x.shape, widths))
+    out = r.out_tensor(o, shape)
+    r.add("pad", label, [x], out, {"widths": tuple((int(a), int(b)) for a, b in widths), "value": value,
+                                   "table": None, "real_value": float((value - zp_out) * float(s_out))})
+
+
+def mean(r, label, op, ins, o):
+    """MEAN over the spatial axes (1, 2) of an NHWC tensor: QuantizedMeanOrSum (reference.mean_params)."""
+    tfl = _schema()
+    opt = r.options(op, label, tfl.ReducerOptionsT)
+    x = r.act(ins[0], "input")
+    axes = sorted(int(a) % max(len(x.shape), 1) for a in np.asarray(r.const(ins[1], "axis")).reshape(-1))
+    if len(x.shape) != 4 or axes != [1, 2]:
+        raise ExportError("MEAN over axes %s of a rank-%d tensor: only over the spatial axes (1, 2) of an NHWC one"
+                          % (axes, len(x.shape)))
+    _, C, H, W = x.shape
+    s_out, zp_out, _ = r.act_info(o)
+    keep = bool(opt.keepDims)
+    out = r.out_tensor(o, (1, C, 1, 1) if keep else (1, C))
+    attrs = {"kernel": (H, W), "strides": (1, 1), "pads": (0, 0, 0, 0), "activation_min": -128, "activation_max": 127,
+             "mode": "mean", "count": H * W, "input_zero_point": x.zero_point, "output_offset": zp_out}
+    attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, s_out, H * W)
+    if keep:
+        r.add("avgpool", label, [x], out, attrs)
+    else:
+        inner = r.new_tensor(out.name + "/4d", (1, C, 1, 1), out.scale, out.zero_point, out.dtype)
+        r.add("avgpool", label + "/pool", [x], inner, attrs)
+        r.add("reshape", label, [inner], out, {})
+
+
+RULES = {"FULLY_CONNECTED": fully_connected, "CONV_2D": conv_2d, "DEPTHWISE_CONV_2D": depthwise_conv_2d,
+         "AVERAGE_POOL_2D": average_pool_2d, "MAX_POOL_2D": max_pool_2d, "ADD": add, "RESHAPE": reshape,
+         "SQUEEZE": reshape, "EXPAND_DIMS": reshape, "SOFTMAX": softmax, "PAD": pad, "PADV2": pad,
+         "MEAN": mean}
