@@ -154,23 +154,25 @@ def test_truncated_and_foreign_files(tmp_path, resnet_tflite):
         assert not (tmp_path / ("out_" + name)).exists()
 
 
-def test_unsupported_ops_all_listed_with_their_index(tmp_path):
-    """The sample MLP's TANH and QUANTIZE operators (not read yet) are refused together, each with its index,
-    the second TANH too though it reads the first one's output."""
-    _need_tflm()
-    from grpo_edge.targets.esp32 import parse
-    g = parse.parse(session_cache.sample("mlp"))
-    p = tmp_path / "mlp.tflite"
-    p.write_bytes(tflm.to_tflite(g)[0])
-    m = _unpack(p.read_bytes())
-    names = {i: k for k, i in vars(_schema().BuiltinOperator).items() if not k.startswith("_")}
+def test_unsupported_ops_all_listed_with_their_index(tmp_path, resnet_tflite):
+    """Operators the compiler does not read (here the ResNet's ADD and MAX_POOL_2D turned into SQUARED_DIFFERENCE
+    and L2_POOL_2D) are refused together in one line, each with its index, those behind another refusal too."""
+    tfl = _schema()
+    m = _unpack(resnet_tflite.read_bytes())
+    swap = {tfl.BuiltinOperator.ADD: tfl.BuiltinOperator.SQUARED_DIFFERENCE,
+            tfl.BuiltinOperator.MAX_POOL_2D: tfl.BuiltinOperator.L2_POOL_2D}
+    names = {i: k for k, i in vars(tfl.BuiltinOperator).items() if not k.startswith("_")}
+    for oc in m.operatorCodes:
+        if oc.builtinCode in swap:
+            oc.builtinCode = oc.deprecatedBuiltinCode = swap[oc.builtinCode]
     ops = [names[m.operatorCodes[op.opcodeIndex].builtinCode] for op in m.subgraphs[0].operators]
-    from grpo_edge.targets.esp32.parse_tflite import RULES
-    unsupported = [k for k, n in enumerate(ops) if n not in RULES]
-    assert len(unsupported) >= 2 and any(ops[k] == "TANH" for k in unsupported)
+    unsupported = [k for k, n in enumerate(ops) if n in ("SQUARED_DIFFERENCE", "L2_POOL_2D")]
+    assert len(unsupported) >= 2
+    p = tmp_path / "odd.tflite"
+    p.write_bytes(_pack(m))
     r = cli_in(tmp_path, "deploy", "--target", "esp32c3", "--tflite", p, "--out", tmp_path / "out")
     line = one_error_line(r)
-    assert "%d operators of mlp.tflite cannot be compiled" % len(unsupported) in line
+    assert "%d operators of odd.tflite cannot be compiled" % len(unsupported) in line
     for k in unsupported:
         assert "%d %s" % (k, ops[k]) in line
     assert not (tmp_path / "out").exists()

@@ -637,7 +637,23 @@ def mean(r, label, op, ins, o):
         r.add("reshape", label, [inner], out, {})
 
 
+def _table_rule(name):
+    """An int8 elementwise operator as the 256-entry table of TFLM's own arithmetic (tflite_luts.py)."""
+    def rule(r, label, op, ins, o):
+        from .tflite_luts import tflite_table
+        x = r.act(ins[0], "input")
+        if x.dtype != "int8" or r.dtype(o) != "INT8":
+            raise ExportError("%s from %s to %s: int8 to int8 only" % (name, x.dtype, r.dtype(o).lower()))
+        out = r.out_tensor(o, x.shape)
+        if name == "LOGISTIC" and out.zero_point != -128:
+            raise ExportError("output zero point %d: TFLite's int8 LOGISTIC writes -128" % out.zero_point)
+        table = tflite_table(name, x.scale, x.zero_point, out.scale, out.zero_point)
+        r.add("lut", label, [x], out, {"table": table, "function": name.lower()})
+    return rule
+
+
 RULES = {"FULLY_CONNECTED": fully_connected, "CONV_2D": conv_2d, "DEPTHWISE_CONV_2D": depthwise_conv_2d,
          "AVERAGE_POOL_2D": average_pool_2d, "MAX_POOL_2D": max_pool_2d, "ADD": add, "RESHAPE": reshape,
          "SQUEEZE": reshape, "EXPAND_DIMS": reshape, "SOFTMAX": softmax, "PAD": pad, "PADV2": pad,
          "MEAN": mean}
+RULES.update({name: _table_rule(name) for name in ("RELU", "RELU6", "TANH", "LOGISTIC", "HARD_SWISH", "QUANTIZE")})
