@@ -192,3 +192,25 @@ def test_deploy_tflite_cli_passes_its_gate_and_reports_tflm(tmp_path, resnet_tfl
     assert rep["figures"]["tflm_arena_bytes"]["value"] > rep["figures"]["arena_bytes"]["value"]
     r = cli_in(tmp_path, "deploy", "--target", "rpi4", "--tflite", resnet_tflite, "--out", "pi")
     assert "--tflite deploys to the esp32 targets" in one_error_line(r)
+
+
+def test_s3_deploy_reports_the_esp_nn_estimate_labelled(tmp_path):
+    """On the S3 the report puts ours beside TFLM's reference kernels and TFLM + ESP-NN, per op and in all, every
+    figure labelled an estimate with its sources (espnn_estimate.py)."""
+    _need_tflm()
+    from conftest import need_tool
+    need_tool("valgrind")
+    from grpo_edge.bench import tiny_models as T
+    from grpo_edge.targets import deploy
+    p = tmp_path / "kws.tflite"
+    T.write_model("kws_streaming", p)
+    rep = deploy("esp32s3", tflite=str(p), out_dir=str(tmp_path / "out"), options={"n_callgrind": 3})
+    e = rep.sections["s3_estimate"]
+    assert e["label"].startswith("ESTIMATE") and "esp-nn" in e["sources"]
+    assert {r["class"] for r in e["ops"]} >= {"conv", "depthwise", "conv1x1", "fc"}
+    m = e["model"]
+    assert m["tflm_esp_nn_us"] < m["tflm_reference_us"] and m["ours_us"] > 0
+    assert rep.figures["s3_estimate_tflm_esp_nn_us"].how == "estimated"
+    assert "person detection" in rep.figures["s3_estimate_tflm_esp_nn_us"].source
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "ESTIMATE, ESP32-S3" in md

@@ -148,6 +148,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         rep.notes.append("TFLite Micro baseline skipped: pip install tflite-micro")
     if "per_op" in rep.sections:
         _per_op_chart(gen, rep, out)
+    if pname == "esp32s3" and "per_op" in rep.sections:          # 5. the S3 against TFLM + ESP-NN (estimate)
+        _s3_estimate(graph, get("clock_hz", 240e6), rep)
     rep.sections["firmware"] = {"dir": str(fw["dir"]), "checksum": "0x%08x" % fw["checksum"],
                                 "test_vectors": fw["n_vectors"],
                                 "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
@@ -402,6 +404,25 @@ def _per_op_chart(gen, rep, out) -> None:
     prof = {"ops": rep.sections["per_op"], "totals": rep.sections["per_op_totals"]}
     per_op_chart(prof, out / "per_op.png", "%s: rv32imc instructions per op (exact, mean of %d inputs)"
                  % (gen.prefix, prof["totals"]["inputs"]))
+
+
+def _s3_estimate(graph, clock_hz, rep) -> None:
+    """Ours, TFLM's reference kernels and TFLM + ESP-NN on the S3, per op (espnn_estimate.py): ESTIMATES."""
+    from .espnn_estimate import anchor_check, estimate
+    e = estimate(graph, rep.sections["per_op"], rep.sections["per_op_totals"], float(clock_hz))
+    if e is None:
+        rep.notes.append("S3 estimate against TFLM + ESP-NN skipped: it needs the per-op host columns (TFLM, valgrind)")
+        return
+    rep.sections["s3_estimate"] = e
+    m = e["model"]
+    rep.add("s3_estimate_ours_us", m["ours_us"], "us", "estimated", "the generated plain C on the S3: " + e["sources"])
+    rep.add("s3_estimate_tflm_esp_nn_us", m["tflm_esp_nn_us"], "us", "estimated",
+            "TFLM + ESP-NN on the S3, per op from TFLM's measured host instructions / ESP-NN's published speed-ups; "
+            + anchor_check(m["esp_nn_over_reference"]))
+    rep.notes.append("ESTIMATE, ESP32-S3 (no device here): ours %.0f us, TFLM reference %.0f us, TFLM + ESP-NN %.0f us "
+                     "(ours / ESP-NN %.2fx); %s. How: %s" % (m["ours_us"], m["tflm_reference_us"], m["tflm_esp_nn_us"],
+                                                             m["ours_over_esp_nn"], anchor_check(m["esp_nn_over_reference"]),
+                                                             e["how"]))
 
 
 def _estimate_latency(n_instructions, prof, rep) -> None:
