@@ -214,3 +214,10 @@ def test_s3_deploy_reports_the_esp_nn_estimate_labelled(tmp_path):
     assert "person detection" in rep.figures["s3_estimate_tflm_esp_nn_us"].source
     md = (tmp_path / "out" / "report.md").read_text()
     assert "ESTIMATE, ESP32-S3" in md
+    # the lever: the S3 firmware calls ESP-NN (an ESP-IDF component) for the conv, depthwise, pool and fc ops
+    assert rep.figures["esp_nn_ops"].value >= 4 and m["ours_esp_nn_us"] < m["ours_us"]
+    comp = tmp_path / "out" / "firmware" / "components" / "grpo_model"
+    assert "espressif/esp-nn" in (comp / "idf_component.yml").read_text()
+    assert "GX_USE_ESP_NN" in (comp / "CMakeLists.txt").read_text()
+    assert "CONFIG_NN_OPTIMIZED=y" in (tmp_path / "out" / "firmware" / "sdkconfig.defaults").read_text()
+    assert rep.sections["tflm_baseline"]["test_vectors"]["equal_tflm"]

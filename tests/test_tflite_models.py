@@ -48,3 +48,42 @@ def test_rv32_equals_tflm(tmp_path, name):
     assert r["bit_exact"]
     y = tflm.run(p, x, tmp_path, 1 << 20).reshape(len(x), -1)
     assert np.array_equal(R.run(g, x).reshape(len(x), -1), y.astype(np.int8))
+
+
+@pytest.mark.parametrize("name", list(T.MODELS))
+def test_nhwc_layout_for_esp_nn_equals_tflm(tmp_path, name):
+    """Read NHWC (the S3's layout, ESP-NN's): our NHWC kernels on the host equal TFLM; where a checkout of ESP-NN
+    is given ($GRPO_EDGE_ESP_NN_SRC), the same C calling ESP-NN's ANSI kernels equals it too."""
+    need(tflm.available(), "pip install tflite-micro")
+    from grpo_edge.targets.esp32 import esp_nn_adapters as E
+    p = tmp_path / (name + ".tflite")
+    T.write_model(name, p)
+    g = tflite2ir(p, layout="nhwc")
+    E.prepare(g)
+    assert g.layout == "nhwc" and all(op.attrs.get("layout") == "nhwc" for op in g.ops if op.kind == "conv")
+    x = _inputs(name, g, 10)
+    y = tflm.run(p, x, tmp_path, 1 << 20).reshape(len(x), -1)
+    assert np.array_equal(R.run(g, x).reshape(len(x), -1), y.astype(np.int8))
+    gen = codegen.generate(g, name)
+    assert gen.esp_nn_ops and "#ifdef GX_USE_ESP_NN" in gen.source
+    assert simulate.host_check(g, gen, x[:6])["bit_exact"]
+    src = E.source_dir()
+    if src is None:
+        pytest.skip("ESP-NN's source is not on the package registries: set %s to a checkout of espressif/esp-nn"
+                    % E.ENV_SRC)
+    r = E.host_check(g, gen, x, src)
+    assert r["bit_exact"] and r["esp_nn_ops"] == len(gen.esp_nn_ops)
+
+
+def test_esp_nn_scratch_rules_cover_the_kernels_paths():
+    """The scratch the planner reserves for ESP-NN's S3 kernels (its size rules, checked again at run time by the
+    firmware): each branch of the rules gives a positive size that grows with the shapes."""
+    from grpo_edge.targets.esp32.esp_nn_adapters import conv_scratch_s3, dw_scratch_s3
+    one = conv_scratch_s3(25, 5, 64, 1, 1, 25, 5, 64, (1, 1), (0, 0))            # 1x1 stride 1
+    assert one == 64 * 64 + 2 * 8 * 64 + 64
+    assert conv_scratch_s3(49, 10, 1, 10, 4, 25, 5, 64, (2, 2), (4, 1)) > 0      # the im2col path
+    assert conv_scratch_s3(32, 32, 16, 3, 3, 32, 32, 16, (1, 1), (1, 1)) > conv_scratch_s3(8, 8, 16, 3, 3, 8, 8, 16,
+                                                                                          (1, 1), (1, 1))
+    assert dw_scratch_s3(48, 48, 8, 3, 3, 48, 48, 1, (1, 1), (1, 1)) == 2 * (72 + 48 * 48 * 8) + 32
+    assert dw_scratch_s3(12, 12, 32, 3, 3, 12, 12, 1, (1, 1), (1, 1)) > 32 * 9
+    assert dw_scratch_s3(14, 1, 32, 3, 1, 10, 1, 2, (1, 1), (0, 0)) == 32

@@ -41,6 +41,7 @@ class Generated:
     prefix: str
     input_dtype: str = "int8"       # "int8" | "int16": element type of <prefix>_invoke's in / out
     output_dtype: str = "int8"
+    esp_nn_ops: tuple = ()          # the ops whose call the S3 firmware makes to ESP-NN (GX_USE_ESP_NN)
 
 
 def stamp(graph, what: str) -> str:
@@ -92,6 +93,7 @@ class _Emitter:
         self.g, self.p, self.plan = graph, prefix, plan
         self.data = []      # constant arrays and params structs
         self.calls = []     # lines in invoke
+        self.esp_nn_ops = []
 
     def ptr(self, tensor, const=True):
         loc = self.plan.location(tensor, self.g)
@@ -118,6 +120,11 @@ class _Emitter:
         call = OPS[op.kind].emit(self, i, op, "%s_op%d" % (self.p, i))
         if call is None:
             del self.data[mark:]
+            return
+        if isinstance(call, tuple):      # (ESP-NN's statements, our call): the S3 firmware defines GX_USE_ESP_NN
+            self.esp_nn_ops.append(i)
+            self.calls.append(_mark(i) + "#ifdef GX_USE_ESP_NN\n    %s\n    (void)&%s_op%d;  /* our kernel's parameters, unused here */\n"
+                              "#else\n    %s;\n#endif" % (call[0], self.p, i, call[1]))
             return
         self.calls.append(_mark(i) + "    %s;" % call)
 
@@ -172,13 +179,18 @@ def generate(graph, prefix: str) -> Generated:
             if plan.arena_bytes else "/* no arena: every op reads in and writes out */\n"),
            '#include "%s"\n' % ("gx_kernels16.h" if graph.activation_dtype == "int16" else "gx_kernels.h"),
            MARK]
+    if graph.esp_nn:
+        src.append("/* The S3 firmware calls ESP-NN's kernels (an ESP-IDF component) where it defines GX_USE_ESP_NN;\n"
+                   "   invoke then returns i + 1 when ESP-NN asks op i for more scratch than was planned. */\n"
+                   "#ifdef GX_USE_ESP_NN\n#ifdef ESP_PLATFORM\n#include \"sdkconfig.h\"\n#endif\n"
+                   "#include \"esp_nn.h\"\n#endif\n")
     if any(op.kind in ("tanh16", "sigmoid16") for op in graph.ops):
         src.append("/* TFLite's sigmoid_table_uint16: sigmoid(i / 24) in 0.16 fixed point, tuned for interpolation. */\n"
                    + c_array("uint16_t", "%s_sigmoid16" % prefix, SIGMOID_TABLE_UINT16))
     src += e.data
     src += (["int %s_invoke(const %s *in, %s *out)\n{" % (prefix, tin.ctype, tout.ctype)] + e.calls +
             ["    GX_MARK(%d);\n    return 0;\n}\n" % len(graph.ops)])
-    return Generated("\n".join(hdr), "\n".join(src), plan, prefix, tin.dtype, tout.dtype)
+    return Generated("\n".join(hdr), "\n".join(src), plan, prefix, tin.dtype, tout.dtype, tuple(e.esp_nn_ops))
 
 
 def write(gen: Generated, out_dir) -> Dict[str, Path]:

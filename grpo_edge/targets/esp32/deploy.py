@@ -27,7 +27,7 @@ CODE_PER_OP = 400                    # bytes of rv32 code per generated op (obse
 DEFAULTS = {"prefix": None, "n_check": 1000, "n_vectors": 8, "seed": 0, "rv32": True, "tflm": True,
             "callgrind": True, "ort": True, "n_callgrind": 20, "eval_inputs": None, "fp32_onnx": None,
             "quantization": None, "task": None, "profile": True, "source": None, "gate": None,
-            "tflite_inputs": None, "n_tflm": 200}
+            "tflite_inputs": None, "n_tflm": 200, "esp_nn": True}
 
 
 def _profile(profile):
@@ -115,7 +115,11 @@ def deploy(source, profile, out_dir, options=None) -> Report:
 
     if tflite_src:                                  # the TFLite front end; TFLM on the same file is the oracle
         from .parse_tflite import tflite2ir
-        graph = tflite2ir(src)                      # unsupported op, bad file -> ExportError, nothing written
+        esp_nn = pname == "esp32s3" and opts["esp_nn"]  # the S3: NHWC, ESP-NN's kernels in the firmware
+        graph = tflite2ir(src, layout="nhwc" if esp_nn else "nchw")   # bad file -> ExportError, nothing written
+        if esp_nn:
+            from .esp_nn_adapters import prepare
+            prepare(graph)
         if opts["tflite_inputs"] is not None:
             opts["tflite_inputs"] = user_inputs(opts["tflite_inputs"], graph.tensors[graph.input])
     else:
@@ -133,6 +137,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     if tflite_src and opts["tflite_inputs"] is not None:     # the user's inputs first: checked and profiled
         x_q = np.concatenate([opts["tflite_inputs"], x_q])
     _host_check(graph, gen, x_q, rep)               # 1. host C == reference, two optimisation levels
+    if graph.esp_nn:                                # 1b. the same C calling ESP-NN (its ANSI C) == reference
+        _esp_nn_check(graph, gen, x_q, rep)
     fw = firmware.assemble(graph, gen, out, opts["n_vectors"], opts["seed"])
     if opts["ort"]:                                 # 2. onnxruntime QDQ within 1 LSB per op
         _ort_check(graph, src, rng, opts, rep)
@@ -149,7 +155,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     if "per_op" in rep.sections:
         _per_op_chart(gen, rep, out)
     if pname == "esp32s3" and "per_op" in rep.sections:          # 5. the S3 against TFLM + ESP-NN (estimate)
-        _s3_estimate(graph, get("clock_hz", 240e6), rep)
+        _s3_estimate(graph, gen, get("clock_hz", 240e6), rep)
     rep.sections["firmware"] = {"dir": str(fw["dir"]), "checksum": "0x%08x" % fw["checksum"],
                                 "test_vectors": fw["n_vectors"],
                                 "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
@@ -406,10 +412,30 @@ def _per_op_chart(gen, rep, out) -> None:
                  % (gen.prefix, prof["totals"]["inputs"]))
 
 
-def _s3_estimate(graph, clock_hz, rep) -> None:
+def _esp_nn_check(graph, gen, x_q, rep) -> None:
+    """The generated C with GX_USE_ESP_NN against ESP-NN's ANSI C (where its source is here) == the reference."""
+    from . import esp_nn_adapters as E
+    src = E.source_dir()
+    rep.add("esp_nn_ops", len(gen.esp_nn_ops), "ops", "exact", "ops the S3 firmware runs with ESP-NN's kernels "
+            "(%s, an ESP-IDF component dependency): %s" % (" ".join(E.COMPONENT), ", ".join(
+                "%d %s" % (i, graph.ops[i].kind) for i in gen.esp_nn_ops)))
+    if src is None:
+        rep.notes.append("ESP-NN's calls were not compiled here: its source is not on the package registries; set %s "
+                         "to a checkout of espressif/esp-nn to prove them against its ANSI C" % E.ENV_SRC)
+        return
+    r = E.host_check(graph, gen, x_q[:200], src)
+    rep.sections["esp_nn_host_check"] = r
+    rep.add("esp_nn_host_bit_exact", r["bit_exact"], "", "measured-host", "%s, ESP-NN %s, %d inputs vs NumPy reference "
+            "(the S3's assembly kernels cannot run here)" % (r["how"], r["esp_nn_version"], r["n_inputs"]))
+    if not r["bit_exact"]:
+        raise TargetError("the generated C calling ESP-NN differs from the reference on the host (max %d LSB): not "
+                          "deploying" % r["max_lsb"])
+
+
+def _s3_estimate(graph, gen, clock_hz, rep) -> None:
     """Ours, TFLM's reference kernels and TFLM + ESP-NN on the S3, per op (espnn_estimate.py): ESTIMATES."""
     from .espnn_estimate import anchor_check, estimate
-    e = estimate(graph, rep.sections["per_op"], rep.sections["per_op_totals"], float(clock_hz))
+    e = estimate(graph, rep.sections["per_op"], rep.sections["per_op_totals"], float(clock_hz), gen.esp_nn_ops)
     if e is None:
         rep.notes.append("S3 estimate against TFLM + ESP-NN skipped: it needs the per-op host columns (TFLM, valgrind)")
         return
@@ -419,10 +445,21 @@ def _s3_estimate(graph, clock_hz, rep) -> None:
     rep.add("s3_estimate_tflm_esp_nn_us", m["tflm_esp_nn_us"], "us", "estimated",
             "TFLM + ESP-NN on the S3, per op from TFLM's measured host instructions / ESP-NN's published speed-ups; "
             + anchor_check(m["esp_nn_over_reference"]))
-    rep.notes.append("ESTIMATE, ESP32-S3 (no device here): ours %.0f us, TFLM reference %.0f us, TFLM + ESP-NN %.0f us "
-                     "(ours / ESP-NN %.2fx); %s. How: %s" % (m["ours_us"], m["tflm_reference_us"], m["tflm_esp_nn_us"],
-                                                             m["ours_over_esp_nn"], anchor_check(m["esp_nn_over_reference"]),
-                                                             e["how"]))
+    scratch = max([int(op.attrs.get("esp_nn_scratch", 0)) for op in graph.ops] + [0])
+    tb = rep.sections.get("tflm_baseline") or {}
+    if scratch and tb.get("arena_bytes"):
+        rep.add("s3_estimate_tflm_esp_nn_arena_bytes", tb["arena_bytes"] + scratch, "B", "estimated",
+                "TFLM's smallest arena with its reference kernels (measured) + the largest scratch ESP-NN's S3 kernels "
+                "ask for (%d B, esp_nn_adapters.py: ESP-NN 1.2.3's size rules), an upper bound" % scratch)
+    if gen.esp_nn_ops:
+        rep.add("s3_estimate_ours_esp_nn_us", m["ours_esp_nn_us"], "us", "estimated",
+                "the S3 firmware (GX_USE_ESP_NN): ESP-NN's kernels for %d ops (the same per-op estimate as TFLM + "
+                "ESP-NN's), our plain C for the rest, no interpreter" % len(gen.esp_nn_ops))
+    rep.notes.append("ESTIMATE, ESP32-S3 (no device here): ours plain C %.0f us%s, TFLM reference %.0f us, TFLM + ESP-NN "
+                     "%.0f us (ours / TFLM + ESP-NN %.2fx); %s. How: %s" % (
+                         m["ours_us"], ", ours with ESP-NN %.0f us" % m["ours_esp_nn_us"] if gen.esp_nn_ops else "",
+                         m["tflm_reference_us"], m["tflm_esp_nn_us"], m["ours_esp_nn_us"] / m["tflm_esp_nn_us"],
+                         anchor_check(m["esp_nn_over_reference"]), e["how"]))
 
 
 def _estimate_latency(n_instructions, prof, rep) -> None:
@@ -530,6 +567,13 @@ def tflm_baseline(graph, gen, x_q, opts, out) -> dict:
         res["outputs"] = {"n_inputs": n, "bit_exact": bool(diff.max() == 0), "max_lsb": int(diff.max()),
                           "frac_diff": float((diff > 0).mean()), "frac_equal": float((diff.max(axis=1) == 0).mean()),
                           "reason": "; ".join(notes) if diff.max() else ""}
+        if graph.io_layout == "tflite":         # the firmware's golden outputs are TFLM's own on those inputs
+            from .firmware import test_vectors
+            xv, yv, _ = test_vectors(graph, opts["n_vectors"], opts["seed"])
+            tv = tflm.run(mp, xv, d, ar["arena_bytes"]).reshape(len(xv), -1)
+            res["test_vectors"] = {"n": int(len(xv)), "equal_tflm": bool(np.array_equal(tv.astype(yv.dtype), yv))}
+            if not res["test_vectors"]["equal_tflm"]:
+                res["outputs"]["frac_equal"] = 0.0      # the gate fails: the firmware would check wrong outputs
         if opts["callgrind"] and (shutil_which("valgrind") or _require_tools()):
             k = opts["n_callgrind"]
             tp = _tflm_per_op_or_note(graph, mp, x_q, d, ar["arena_bytes"], k, owners, res)

@@ -4,10 +4,13 @@ cannot run here, so every figure below is an estimate, built only from what is m
 
   ours, plain C    our rv32imc instructions of the op (exact, unicorn) x Xtensa/rv32 1.17 (the profile's
                    xtensa_instr_per_rv32_instr: one FC measured with GCC for the ESP32 core) x CPI 1.2 (assumed)
-  TFLM reference   TFLM's host (x86-64 callgrind) instructions of the op x (our rv32 / our host instructions of
-                   the whole model), i.e. TFLM's kernels cost what ours do per host instruction; then as above
+  TFLM reference   TFLM's host (x86-64 callgrind) instructions of the op, taken one for one as rv32 instructions
+                   (assumed: our own C measures 0.87 rv32 per x86-64 instruction NCHW and 2.0 NHWC, where gcc
+                   vectorises the x86 build, so this figure is uncertain by up to 2x either way); then as above
   TFLM + ESP-NN    TFLM reference / (ANSI_OVER_REFERENCE x ESP-NN's S3 speed-up of the op's kind over its own
                    ANSI C), the interpreter's own instructions (Invoke's entry) unchanged
+  ours with ESP-NN the S3 firmware (esp_nn_adapters.py): the ops it hands to ESP-NN cost what they cost TFLM +
+                   ESP-NN (the same kernels), the rest our plain C, and no interpreter
 
 ESP-NN's S3 speed-ups over its ANSI C (espressif/esp-nn README): 1x1 conv about 10x, other conv 3.3x (the low
 end of its 3.3-10x), depthwise 4.6-6.2x (5.4), fully connected 2.8x; add, pools and softmax are taken as 1x
@@ -18,6 +21,7 @@ for the MobileNet row of docs/results.md is printed beside it (`anchor_check`), 
 the model is.
 """
 CPI = 1.2
+RV32_PER_X86 = 1.0            # TFLM's host instructions read as rv32 instructions (assumed; see above)
 XTENSA_PER_RV32 = 1.17
 ANSI_OVER_REFERENCE = 2.0
 SIMD_OVER_ANSI = {"conv1x1": 10.0, "conv": 3.3, "depthwise": 5.4, "fc": 2.8}
@@ -38,16 +42,15 @@ def op_class(kind, attrs) -> str:
     return "fc" if kind == "fc" else "other"
 
 
-def estimate(graph, per_op, totals, clock_hz=240e6) -> dict:
+def estimate(graph, per_op, totals, clock_hz=240e6, esp_nn_ops=()) -> dict:
     """Per op and for the model: S3 microseconds of ours, TFLM reference and TFLM + ESP-NN (ESTIMATES), from the
     deploy's per-op profile with its host columns (profile.add_host_columns). None when those are missing."""
-    host_ours = totals.get("host_instructions_ops")
-    rv32_ours = totals.get("rv32_instructions_ops")
-    if not host_ours or not rv32_ours or totals.get("tflm_host_instructions_ops") is None:
+    if totals.get("tflm_host_instructions_ops") is None:
         return None
-    to_rv32 = float(rv32_ours) / float(host_ours)
+    to_rv32 = RV32_PER_X86
     us = XTENSA_PER_RV32 * CPI / clock_hz * 1e6           # microseconds per rv32-equivalent instruction
-    rows, sums = [], {"ours_us": 0.0, "tflm_reference_us": 0.0, "tflm_esp_nn_us": 0.0}
+    rows, sums = [], {"ours_us": 0.0, "ours_esp_nn_us": 0.0, "tflm_reference_us": 0.0, "tflm_esp_nn_us": 0.0}
+    esp_nn_ops = set(esp_nn_ops)
     for r in per_op:
         op = graph.ops[r["op"]]
         cls = op_class(op.kind, op.attrs)
@@ -55,7 +58,8 @@ def estimate(graph, per_op, totals, clock_hz=240e6) -> dict:
         ours = (r.get("rv32_instructions") or 0) * us
         ref = (r.get("tflm_host_instructions") or 0) * to_rv32 * us
         row = {"op": r["op"], "kind": op.kind, "class": cls, "ours_us": ours, "tflm_reference_us": ref,
-               "tflm_esp_nn_us": ref / speedup, "esp_nn_speedup": speedup}
+               "tflm_esp_nn_us": ref / speedup, "esp_nn_speedup": speedup, "esp_nn_in_ours": r["op"] in esp_nn_ops}
+        row["ours_esp_nn_us"] = row["tflm_esp_nn_us"] if row["esp_nn_in_ours"] else ours
         rows.append(row)
         for k in sums:
             sums[k] += row[k]
@@ -63,6 +67,7 @@ def estimate(graph, per_op, totals, clock_hz=240e6) -> dict:
     sums["tflm_reference_us"] += entry
     sums["tflm_esp_nn_us"] += entry
     sums["ours_over_esp_nn"] = sums["ours_us"] / sums["tflm_esp_nn_us"] if sums["tflm_esp_nn_us"] else None
+    sums["ours_esp_nn_over_esp_nn"] = sums["ours_esp_nn_us"] / sums["tflm_esp_nn_us"] if sums["tflm_esp_nn_us"] else None
     sums["esp_nn_over_reference"] = sums["tflm_reference_us"] / sums["tflm_esp_nn_us"] if sums["tflm_esp_nn_us"] else None
     return {"label": "ESTIMATE (no ESP32-S3 here)", "ops": rows, "model": sums, "sources": SOURCES,
             "how": __doc__.split("\n\n")[1].strip()}

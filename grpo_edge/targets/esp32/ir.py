@@ -114,6 +114,8 @@ class Graph:
     source: str = ""
     io_layout: str = "onnx"     # "onnx": 4-D input / output NCHW; "tflite": in TFLite's shapes and byte order
     owners: Any = None          # from a .tflite: owners[k] = the index of the op computing TFLite operator k
+    layout: str = "nchw"        # images: "nchw", or "nhwc" (from a .tflite for ESP-NN: conv / pool ops say so)
+    esp_nn: bool = False        # the C calls ESP-NN's kernels where GX_USE_ESP_NN is defined (the S3 firmware)
 
     def storage_root(self) -> Dict[str, str]:
         """Map each tensor to the tensor whose storage it uses (reshape outputs alias their input)."""

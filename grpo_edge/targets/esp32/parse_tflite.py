@@ -77,11 +77,16 @@ def load_tflite(path):
     return model, raw
 
 
-def tflite2ir(path) -> Graph:
+def tflite2ir(path, layout="nchw") -> Graph:
     """A .tflite file -> the IR (Graph), with graph.owners (TFLite operator -> IR op index). Raises ExportError
-    (one line) for anything that cannot be compiled, before any file is written."""
+    (one line) for anything that cannot be compiled, before any file is written.
+
+    layout "nchw": images held NCHW (the compiler's own kernels, fastest on the C3 and the ESP32); "nhwc": held
+    as TFLite holds them, conv and pool ops marked layout "nhwc" (the layout ESP-NN's kernels take, on the S3)."""
+    if layout not in ("nchw", "nhwc"):
+        raise ValueError("layout must be nchw or nhwc, got %r" % layout)
     model, raw = load_tflite(path)
-    reader = _Reader(model, raw, Path(str(path)).name)
+    reader = _Reader(model, raw, Path(str(path)).name, layout)
     g = reader.run()
     g.model_hash = file_hash(path)
     g.source = str(path)
@@ -93,8 +98,8 @@ def _fmt_shape(s):
 
 
 class _Reader:
-    def __init__(self, model, raw, fname):
-        self.m, self.raw, self.fname = model, raw, fname
+    def __init__(self, model, raw, fname, layout="nchw"):
+        self.m, self.raw, self.fname, self.layout = model, raw, fname, layout
         self.names, self.types = op_names(), type_names()
         subgraphs = model.subgraphs or []
         if len(subgraphs) != 1:
@@ -208,7 +213,8 @@ class _Reader:
         """Create the IR tensor for TFLite output tensor i with the IR shape (NCHW for 4-D), checked against the
         file's shape."""
         want = self.shape(i)
-        tfl_shape = tuple(ir_shape[k] for k in NCHW2NHWC) if len(ir_shape) == 4 else tuple(ir_shape)
+        tfl_shape = (tuple(ir_shape[k] for k in NCHW2NHWC) if len(ir_shape) == 4 and self.layout == "nchw"
+                     else tuple(ir_shape))
         if want and tuple(want) != tuple(tfl_shape):
             raise ExportError("%s has shape %s, but the operator computes %s" % (self.tlabel(i), list(want), list(tfl_shape)))
         scale, zp, dt = self.act_info(i)
@@ -221,11 +227,21 @@ class _Reader:
         self.ops.append(op)
         return op
 
-    # -- layout: TFLite's byte order (NHWC) <-> the IR's (NCHW)
+    # -- layout: TFLite's byte order (NHWC) <-> the IR's (NCHW, or NHWC itself)
+    def chw(self, x):
+        """(C, H, W) of a 4-D IR tensor."""
+        if self.layout == "nhwc":
+            return x.shape[3], x.shape[1], x.shape[2]
+        return tuple(x.shape[1:])
+
+    def img(self, c, h, w):
+        """The IR shape of a (c, h, w) image."""
+        return (1, h, w, c) if self.layout == "nhwc" else (1, c, h, w)
+
     def nhwc_bytes(self, x, label):
-        """An IR tensor whose bytes are in TFLite's order, of TFLite's shape: x itself (rank < 4), a reshape (C == 1
-        or H * W == 1) or a transpose of x (4-D)."""
-        if len(x.shape) != 4:
+        """An IR tensor whose bytes are in TFLite's order, of TFLite's shape: x itself (rank < 4, or the NHWC
+        layout), a reshape (C == 1 or H * W == 1) or a transpose of x (4-D)."""
+        if len(x.shape) != 4 or self.layout == "nhwc":
             return x
         _, C, H, W = x.shape
         shape = (1, H, W, C)
@@ -308,7 +324,7 @@ class _Reader:
             raise ExportError("the input %s has shape %s: fixed sizes are needed" % (self.tlabel(i), list(shape)))
         shape = (1,) + shape[1:]
         self.input = self.new_tensor(self.tname(i), shape, scale, zp, dt).name
-        if len(shape) == 4:
+        if len(shape) == 4 and self.layout == "nchw":
             self.ir[i] = self.from_nhwc_bytes(self.tensors[self.input], self.tname(i) + "/nchw", "input").name
         else:
             self.ir[i] = self.input
@@ -325,6 +341,7 @@ class _Reader:
         index = {id(op): k for k, op in enumerate(ops)}
         g.owners = [index.get(id(op)) if op is not None else None for op in self.owner_ops]
         g.io_layout = "tflite"
+        g.layout = self.layout
         if any(t.dtype == "int16" for t in g.tensors.values()):
             raise ExportError("%s has int16 activations (16x8): not compiled from TFLite yet" % self.fname)
         return g
@@ -452,7 +469,7 @@ def _conv(r, label, op, ins, o, depthwise):
     x = r.act(ins[0], "input")
     if len(x.shape) != 4:
         raise ExportError("input %s has rank %d: NHWC (4-D) expected" % (r.tlabel(ins[0]), len(x.shape)))
-    _, C, H, W = x.shape
+    C, H, W = r.chw(x)
     ws = r.shape(ins[1])
     if len(ws) != 4:
         raise ExportError("filter %s has shape %s: 4-D expected" % (r.tlabel(ins[1]), list(ws)))
@@ -477,14 +494,14 @@ def _conv(r, label, op, ins, o, depthwise):
     dil = (r.positive(opt.dilationHFactor or 1, "dilationHFactor"), r.positive(opt.dilationWFactor or 1, "dilationWFactor"))
     pads, (oh, ow) = r.padding(opt.padding, (H, W), (KH, KW), strides, dil, label)
     bias = r.bias(ins, 2, OC, "bias")
-    out = r.out_tensor(o, (1, OC, oh, ow))
+    out = r.out_tensor(o, r.img(OC, oh, ow))
     m, s = r.per_channel_multipliers(x.scale, s_w, out.scale)
     lo, hi = r.activation_range(opt.fusedActivationFunction, out)
     r.add("conv", label, [x], out, {"weights": np.ascontiguousarray(w, np.int8), "bias": bias,
                                     "input_offset": -x.zero_point, "strides": strides, "dilations": dil, "pads": pads,
                                     "group": group, "weight_scales": s_w.astype(np.float32), "multiplier": m,
                                     "shift": s, "output_offset": out.zero_point, "activation_min": lo,
-                                    "activation_max": hi})
+                                    "activation_max": hi, "layout": r.layout})
 
 
 def conv_2d(r, label, op, ins, o):
@@ -501,7 +518,7 @@ def _pool(r, label, op, ins, o, kind):
     x = r.act(ins[0], "input")
     if len(x.shape) != 4:
         raise ExportError("input %s has rank %d: NHWC (4-D) expected" % (r.tlabel(ins[0]), len(x.shape)))
-    _, C, H, W = x.shape
+    C, H, W = r.chw(x)
     k = (r.positive(opt.filterHeight, "filterHeight"), r.positive(opt.filterWidth, "filterWidth"))
     strides = (r.positive(opt.strideH, "strideH"), r.positive(opt.strideW, "strideW"))
     pads, (oh, ow) = r.padding(opt.padding, (H, W), k, strides, (1, 1), label)
@@ -509,9 +526,10 @@ def _pool(r, label, op, ins, o, kind):
     if abs(float(s_out) - float(x.scale)) > 1e-6 or zp_out != x.zero_point:   # TFLM's pooling Prepare
         raise ExportError("input and output quantization differ (%g / %d vs %g / %d): TFLite pools do not rescale"
                           % (x.scale, x.zero_point, s_out, zp_out))
-    out = r.out_tensor(o, (1, C, oh, ow))
+    out = r.out_tensor(o, r.img(C, oh, ow))
     lo, hi = r.activation_range(opt.fusedActivationFunction, out)
-    attrs = {"kernel": k, "strides": strides, "pads": pads, "activation_min": lo, "activation_max": hi}
+    attrs = {"kernel": k, "strides": strides, "pads": pads, "activation_min": lo, "activation_max": hi,
+             "layout": r.layout}
     if kind == "avgpool":
         count = k[0] * k[1]
         attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, out.scale, count)
@@ -559,7 +577,7 @@ def reshape(r, label, op, ins, o):
         raise ExportError("output shape %s has %d values, the input %d" % (list(want), int(np.prod(want)), x.size))
     t = r.nhwc_bytes(x, label)
     want = (1,) + tuple(want[1:])
-    if len(want) == 4:
+    if len(want) == 4 and r.layout == "nchw":
         v = r.new_tensor(r.tname(o) + "/nhwc", want, x.scale, x.zero_point, x.dtype)
         r.add("reshape", label, [t], v, {})
         y = r.from_nhwc_bytes(v, r.tname(o), label)
@@ -599,7 +617,7 @@ def pad(r, label, op, ins, o):
     s_out, zp_out, _ = r.act_info(o)
     if np.float32(s_out) != np.float32(x.scale) or zp_out != x.zero_point:
         raise ExportError("input and output quantization differ")
-    if rank == 4:                                      # NHWC paddings -> NCHW
+    if rank == 4 and r.layout == "nchw":               # NHWC paddings -> NCHW
         widths = widths[list(NHWC2NCHW)]
     value = zp_out
     if len(ins) > 2 and ins[2] != -1:
@@ -622,17 +640,18 @@ def mean(r, label, op, ins, o):
     if len(x.shape) != 4 or axes != [1, 2]:
         raise ExportError("MEAN over axes %s of a rank-%d tensor: only over the spatial axes (1, 2) of an NHWC one"
                           % (axes, len(x.shape)))
-    _, C, H, W = x.shape
+    C, H, W = r.chw(x)
     s_out, zp_out, _ = r.act_info(o)
     keep = bool(opt.keepDims)
-    out = r.out_tensor(o, (1, C, 1, 1) if keep else (1, C))
+    out = r.out_tensor(o, r.img(C, 1, 1) if keep else (1, C))
     attrs = {"kernel": (H, W), "strides": (1, 1), "pads": (0, 0, 0, 0), "activation_min": -128, "activation_max": 127,
-             "mode": "mean", "count": H * W, "input_zero_point": x.zero_point, "output_offset": zp_out}
+             "mode": "mean", "count": H * W, "input_zero_point": x.zero_point, "output_offset": zp_out,
+             "layout": r.layout}
     attrs["mean_multiplier"], attrs["mean_shift"] = R.mean_params(x.scale, s_out, H * W)
     if keep:
         r.add("avgpool", label, [x], out, attrs)
     else:
-        inner = r.new_tensor(out.name + "/4d", (1, C, 1, 1), out.scale, out.zero_point, out.dtype)
+        inner = r.new_tensor(out.name + "/4d", r.img(C, 1, 1), out.scale, out.zero_point, out.dtype)
         r.add("avgpool", label + "/pool", [x], inner, attrs)
         r.add("reshape", label, [inner], out, {})
 

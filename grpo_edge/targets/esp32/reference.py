@@ -65,6 +65,18 @@ def requantize(acc, p, channel_axis):
     return clamp8(out, p["activation_min"], p["activation_max"])
 
 
+def nhwc_aware(fn):
+    """An NCHW kernel reference that also takes ops marked layout "nhwc" (a .tflite's images for ESP-NN, held
+    as TFLite holds them): their input is transposed to NCHW, the result back."""
+    def wrapped(x, p, *args, **kw):
+        if p.get("layout") != "nhwc":
+            return fn(x, p, *args, **kw)
+        y = fn(np.transpose(x, (0, 3, 1, 2)), p, *args, **kw)
+        return np.transpose(y, (0, 2, 3, 1))
+    wrapped.__doc__, wrapped.__name__ = fn.__doc__, fn.__name__
+    return wrapped
+
+
 def pool_windows(x, p, pad_value):
     B, C, H, W = x.shape
     KH, KW = p["kernel"]

@@ -251,6 +251,68 @@ GX_INLINE void gx_conv(const gx_conv_t *p, const int8_t *in, int8_t *out, int8_t
     }
 }
 
+/* ------------------------------------------------------------------ conv, NHWC */
+
+/* Conv and depthwise conv over NHWC images (the TFLite layout, which ESP-NN's kernels take): TFLite's
+ * arithmetic as it is written, acc = bias + sum over the taps inside the image of w * (x + in_offset).
+ * Weights: a conv [oc][kh][kw][c] (OHWI), a depthwise [kh][kw][oc] (TFLite's 1HWO), oc = c * depth_mult. */
+typedef struct {
+    int c, h, w, oc, oh, ow, kh, kw, sh, sw, dh, dw, pad_t, pad_l;
+    int depth_mult;             /* 0: a conv; else a depthwise conv with this channel multiplier */
+    int32_t in_offset;          /* -input zero point */
+    const int8_t *weights;
+    gx_requant_t q;             /* q.bias: the plain int32 bias */
+} gx_conv_nhwc_t;
+
+/* Bytes of scratch gx_conv_nhwc needs: a depthwise conv's oc int32 accumulators. */
+#define GX_CONV_NHWC_SCRATCH(depthwise, oc) ((depthwise) ? 4 * (oc) : 0)
+
+GX_INLINE void gx_conv_nhwc(const gx_conv_nhwc_t *p, const int8_t *in, int8_t *out, int32_t *restrict acc)
+{
+    const int C = p->c, OC = p->oc, M = p->depth_mult;
+    int oy, ox, ky, kx, ic, oc, m;
+    for (oy = 0; oy < p->oh; ++oy) {
+        const int y0 = oy * p->sh - p->pad_t;
+        for (ox = 0; ox < p->ow; ++ox, out += OC) {
+            const int x0 = ox * p->sw - p->pad_l;
+            if (M) {                                  /* depthwise: every channel of the pixel at once */
+                for (oc = 0; oc < OC; ++oc) acc[oc] = p->q.bias[oc];
+                for (ky = 0; ky < p->kh; ++ky) {
+                    const int y = y0 + ky * p->dh;
+                    if (y < 0 || y >= p->h) continue;
+                    for (kx = 0; kx < p->kw; ++kx) {
+                        const int x = x0 + kx * p->dw;
+                        const int8_t *xp = in + (y * p->w + x) * C, *wp = p->weights + (ky * p->kw + kx) * OC;
+                        int32_t *a = acc;
+                        if (x < 0 || x >= p->w) continue;
+                        for (ic = 0; ic < C; ++ic) {
+                            const int32_t v = xp[ic] + p->in_offset;
+                            for (m = 0; m < M; ++m) *a++ += *wp++ * v;
+                        }
+                    }
+                }
+                for (oc = 0; oc < OC; ++oc) out[oc] = (int8_t)gx_requant(acc[oc], &p->q, oc);
+                continue;
+            }
+            for (oc = 0; oc < OC; ++oc) {             /* a conv: one dot product per output channel */
+                const int8_t *wo = p->weights + oc * p->kh * p->kw * C;
+                int32_t a = p->q.bias[oc];
+                for (ky = 0; ky < p->kh; ++ky) {
+                    const int y = y0 + ky * p->dh;
+                    if (y < 0 || y >= p->h) continue;
+                    for (kx = 0; kx < p->kw; ++kx) {
+                        const int x = x0 + kx * p->dw;
+                        const int8_t *xp = in + (y * p->w + x) * C, *wp = wo + (ky * p->kw + kx) * C;
+                        if (x < 0 || x >= p->w) continue;
+                        for (ic = 0; ic < C; ++ic) a += wp[ic] * (xp[ic] + p->in_offset);
+                    }
+                }
+                out[oc] = (int8_t)gx_requant(a, &p->q, oc);
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ add */
 
 typedef struct {
@@ -503,12 +565,14 @@ typedef struct {
 } gx_pool_t;
 
 /* Taps in the padding are skipped (max: ignored; average: not counted). Elements of type T, MAX_INIT below
- * T's range (int8 here, int16 in gx_kernels16.h). */
-#define GX_POOL_BODY(T, MAX_INIT)                                                                           \
+ * T's range (int8 here, int16 in gx_kernels16.h); NHWC 0: images NCHW, 1: NHWC (a literal: the compiler
+ * drops the other indexing). */
+#define GX_POOL_BODY(T, MAX_INIT, NHWC)                                                                     \
     do {                                                                                                    \
         int c, oy, ox, y, x;                                                                                \
+        const int ps_ = (NHWC) ? p->c : 1;            /* distance between two pixels of a channel */        \
         for (c = 0; c < p->c; ++c) {                                                                        \
-            const T *xc = in + c * p->h * p->w;                                                             \
+            const T *xc = (NHWC) ? in + c : in + c * p->h * p->w;                                           \
             for (oy = 0; oy < p->oh; ++oy) {                                                                \
                 const int iy0 = oy * p->sh - p->pad_t;                                                      \
                 const int y0 = iy0 < 0 ? 0 : iy0;                                                           \
@@ -520,7 +584,7 @@ typedef struct {
                     int32_t acc = p->mode == GX_POOL_MAX ? (MAX_INIT) : 0, v;                               \
                     for (y = y0; y < y1; ++y)                                                               \
                         for (x = x0; x < x1; ++x) {                                                         \
-                            const int32_t q = xc[y * p->w + x];                                             \
+                            const int32_t q = xc[(y * p->w + x) * ps_];                                     \
                             if (p->mode == GX_POOL_MAX) {                                                   \
                                 if (q > acc) acc = q;                                                       \
                             } else {                                                                        \
@@ -535,7 +599,8 @@ typedef struct {
                     } else {                                                                                \
                         v = gx_mbqm(acc - p->mean_sub, p->mean_mult, p->mean_shift) + p->out_offset;        \
                     }                                                                                       \
-                    out[(c * p->oh + oy) * p->ow + ox] = (T)gx_clamp(v, p->act_min, p->act_max);            \
+                    out[(NHWC) ? (oy * p->ow + ox) * p->c + c : (c * p->oh + oy) * p->ow + ox] =            \
+                        (T)gx_clamp(v, p->act_min, p->act_max);                                             \
                 }                                                                                           \
             }                                                                                               \
         }                                                                                                   \
@@ -543,7 +608,13 @@ typedef struct {
 
 GX_INLINE void gx_pool(const gx_pool_t *p, const int8_t *restrict in, int8_t *restrict out)
 {
-    GX_POOL_BODY(int8_t, -129);
+    GX_POOL_BODY(int8_t, -129, 0);
+}
+
+/* The same over NHWC images (a .tflite's layout, for ESP-NN on the S3). */
+GX_INLINE void gx_pool_nhwc(const gx_pool_t *p, const int8_t *restrict in, int8_t *restrict out)
+{
+    GX_POOL_BODY(int8_t, -129, 1);
 }
 
 /* ------------------------------------------------------------------ argmax */

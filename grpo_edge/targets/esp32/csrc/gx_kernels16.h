@@ -201,7 +201,7 @@ GX_INLINE void gx_pad16(const gx_pad16_t *p, const int16_t *restrict in, int16_t
  * of int16 fits int32 for the windows ops/pool.py accepts). */
 GX_INLINE void gx_pool16(const gx_pool_t *p, const int16_t *restrict in, int16_t *restrict out)
 {
-    GX_POOL_BODY(int16_t, -32769);
+    GX_POOL_BODY(int16_t, -32769, 0);
 }
 
 /* ------------------------------------------------------------------ layer norm, int16 */

@@ -73,7 +73,13 @@ def emit(em, i, op, name, ctype="int8_t", kernel="gx_add"):
         ("out_mult", a["output_multiplier"]), ("in1_shift", a["input1_shift"]), ("in2_shift", a["input2_shift"]),
         ("out_shift", a["output_shift"]), ("out_offset", a["output_offset"]),
         ("act_min", a["activation_min"]), ("act_max", a["activation_max"])]))
-    return "%s(&%s, %s, %s, %s)" % (kernel, name, args[0], args[1], em.ptr(op.output))
+    ours = "%s(&%s, %s, %s, %s)" % (kernel, name, args[0], args[1], em.ptr(op.output))
+    if em.g.esp_nn and kernel == "gx_add" and em.ptr(op.output) not in args:    # not in place: ESP-NN's add
+        from ..esp_nn_adapters import add_call
+        nn = add_call(em, i, op)
+        if nn:
+            return nn, ours
+    return ours
 
 
 def tflm(b, i, op):

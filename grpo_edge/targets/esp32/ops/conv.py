@@ -63,6 +63,7 @@ def tflm16(b, i, op):
     tflm(b, i, op)
 
 
+@R.nhwc_aware
 def reference(x, p, requant=None):
     """x (B, C, H, W) int8, weights (OC, C/group, KH, KW) -> (B, OC, OH, OW).
 
@@ -96,9 +97,53 @@ def reference(x, p, requant=None):
     return requant(acc, p) if requant else requantize(acc, p, 1)
 
 
+def nhwc_weights(a):
+    """The IR's (OC, C/group, KH, KW) weights in gx_conv_nhwc's (and ESP-NN's) order: a conv OHWI, a depthwise
+    [kh][kw][oc] (TFLite's 1HWO); (weights, depth multiplier or 0)."""
+    w = a["weights"]
+    oc, cg, kh, kw = w.shape
+    if a["group"] == 1:
+        return np.ascontiguousarray(w.transpose(0, 2, 3, 1)), 0
+    if cg == 1:
+        return np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)), oc // a["group"]
+    return None, None
+
+
+def emit_nhwc(em, i, op, name):
+    """Conv / depthwise conv over NHWC images (gx_conv_nhwc): the plain bias, padded taps skipped; on the S3
+    firmware (GX_USE_ESP_NN) ESP-NN's conv instead (esp_nn_adapters.py)."""
+    a, p = op.attrs, em.p
+    w, mult = nhwc_weights(a)
+    if w is None:
+        raise ExportError("conv node %r: a grouped conv (group %d) over NHWC images is not supported"
+                          % (op.name, a["group"]))
+    OC, CG, KH, KW = a["weights"].shape
+    _, H, W, C = em.g.tensors[op.inputs[0]].shape
+    _, OH, OW, _ = em.g.tensors[op.output].shape
+    bias = a["bias"].astype(np.int64)
+    if int(np.abs(bias).max(initial=0)) + 255 * 128 * CG * KH * KW >= INT32_MAX:
+        raise ExportError("%s: accumulator could overflow int32 (%d taps)" % (op.name, CG * KH * KW))
+    em.arrays(i, a, w, bias)
+    em.data.append(c_struct("gx_conv_nhwc_t", name, [
+        ("c", C), ("h", H), ("w", W), ("oc", OC), ("oh", OH), ("ow", OW), ("kh", KH), ("kw", KW),
+        ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("dh", a["dilations"][0]), ("dw", a["dilations"][1]),
+        ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]), ("depth_mult", mult), ("in_offset", a["input_offset"]),
+        ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
+    scratch = "(int32_t *)(void *)(%s)" % em.scratch(i) if mult else "0"
+    ours = "gx_conv_nhwc(&%s, %s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output), scratch)
+    if em.g.esp_nn and em.ptr(op.output) != em.ptr(op.inputs[0]):    # not in place: ESP-NN's conv
+        from ..esp_nn_adapters import conv_call
+        nn = conv_call(em, i, op, name, mult)
+        if nn:
+            return nn, ours
+    return ours
+
+
 def emit(em, i, op, name):
     """Conv / depthwise / grouped conv, NCHW; input_offset folded into the bias:
     acc = (bias + input_offset * sum(w)) + sum(w * x), padded taps reading the input zero point."""
+    if op.attrs.get("layout") == "nhwc":
+        return emit_nhwc(em, i, op, name)
     a, p = op.attrs, em.p
     w = a["weights"]
     OC, CG, KH, KW = w.shape
@@ -207,8 +252,14 @@ def from_conv(p, node):
 
 
 def scratch(op):
-    """Two im2col columns of one output pixel, int8 (GX_CONV_SCRATCH in csrc/gx_kernels.h)."""
-    _, cg, kh, kw = op.attrs["weights"].shape
+    """Two im2col columns of one output pixel, int8 (GX_CONV_SCRATCH in csrc/gx_kernels.h); over NHWC images a
+    depthwise conv's int32 accumulators (GX_CONV_NHWC_SCRATCH), or ESP-NN's scratch where it is larger
+    (esp_nn_adapters.scratch_bytes: the S3 firmware)."""
+    oc, cg, kh, kw = op.attrs["weights"].shape
+    if op.attrs.get("layout") == "nhwc":
+        ours = 4 * oc if (op.attrs["group"] > 1 and cg == 1) else 0
+        nn = op.attrs.get("esp_nn_scratch", 0)
+        return max(ours, nn)
     return 2 * cg * kh * kw
 
 

@@ -42,7 +42,13 @@ def emit(em, i, op, name):
     em.data.append(c_struct("gx_fc_t", name, [
         ("n_in", IN), ("n_out", OUT), ("in_offset", 0 if fold else a["input_offset"]),
         ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
-    return _rows(em, op, "gx_fc(&%s, %%s, %%s)" % name, IN, OUT)
+    ours = _rows(em, op, "gx_fc(&%s, %%s, %%s)" % name, IN, OUT)
+    if em.g.esp_nn:                                 # the S3 firmware: ESP-NN's FC on the same arrays
+        from ..esp_nn_adapters import fc_call
+        nn = fc_call(em, i, op, 0 if fold else a["input_offset"])
+        if nn:
+            return nn, ours
+    return ours
 
 
 def _rows(em, op, call, IN, OUT) -> str:

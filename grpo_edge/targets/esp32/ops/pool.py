@@ -17,6 +17,7 @@ from ..parse import attr, label, pads as onnx_pads
 from . import OpSpec, elementwise_macs
 
 
+@R.nhwc_aware
 def reference_max(x, p, clamp=clamp8):
     """MAX_POOL_2D int8: max over the valid taps, then the activation clamp (same in/out params)."""
     win, _ = pool_windows(i64(x), p, -(1 << 20))
@@ -44,6 +45,7 @@ def to_pool16(g, op):
     a["activation_min"], a["activation_max"] = -32768, 32767
 
 
+@R.nhwc_aware
 def reference_avg(x, p, clamp=clamp8):
     """Average pooling, two rules (chosen at parse time from the quantization parameters):
 
@@ -66,14 +68,27 @@ def reference_avg(x, p, clamp=clamp8):
 
 def _emit_pool(em, i, op, name, mode, extra, lo, hi, kernel="gx_pool"):
     a = op.attrs
-    _, C, H, W = em.g.tensors[op.inputs[0]].shape
     out = em.g.tensors[op.output].shape
-    OH, OW = out[2:] if len(out) == 4 else (1, 1)          # a mean without keepdims: (1, C)
+    if a.get("layout") == "nhwc":                          # a .tflite's images as TFLite holds them
+        if kernel != "gx_pool":
+            raise ExportError("%s node %r: no int16 pool over NHWC images" % (op.kind, op.name))
+        _, H, W, C = em.g.tensors[op.inputs[0]].shape
+        OH, OW = out[1:3] if len(out) == 4 else (1, 1)
+        kernel = "gx_pool_nhwc"
+    else:
+        _, C, H, W = em.g.tensors[op.inputs[0]].shape
+        OH, OW = out[2:] if len(out) == 4 else (1, 1)      # a mean without keepdims: (1, C)
     em.data.append(c_struct("gx_pool_t", name, [
         ("c", C), ("h", H), ("w", W), ("oh", OH), ("ow", OW), ("kh", a["kernel"][0]), ("kw", a["kernel"][1]),
         ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]),
         ("mode", mode)] + extra + [("act_min", lo), ("act_max", hi)]))
-    return "%s(&%s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    ours = "%s(&%s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    if em.g.esp_nn and kernel == "gx_pool_nhwc":    # the S3 firmware: ESP-NN's pools
+        from ..esp_nn_adapters import pool_call
+        nn = pool_call(em, i, op)
+        if nn:
+            return nn, ours
+    return ours
 
 
 def emit_max(em, i, op, name, kernel="gx_pool"):
