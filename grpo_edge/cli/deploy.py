@@ -153,18 +153,32 @@ def option2kv(item: str):
 
 
 def bench(
-    checkpoint: str = typer.Argument(..., help="A grpo-edge checkpoint."),
+    checkpoint: Optional[str] = typer.Argument(None, help="A grpo-edge checkpoint (or give --tflite)."),
     out: str = typer.Option("bench", "--out", "-o", help="Output folder (bench.md, bench.json, bench.png)."),
-    targets: str = typer.Option("rpi4,rpi5,esp32s3", "--targets", help="Comma-separated device profiles for estimates."),
+    targets: Optional[str] = typer.Option(None, "--targets", help="Comma-separated device profiles for estimates "
+                                          "(default rpi4,rpi5,esp32s3; with --tflite esp32s3,esp32c3)."),
     per_op: bool = typer.Option(True, "--per-op/--no-per-op",
                                 help="Add the ESP32 per-op profile of the int8 model (rv32 instructions per op; "
                                      "host instructions ours vs TFLite Micro) and per_op.png."),
+    tflite: Optional[str] = typer.Option(None, "--tflite", help="An int8 .tflite instead: compiled for each ESP32 "
+                                         "target and measured against TFLite Micro on the same file."),
 ):
     """Table of formats x size, task metric, host latency (measured), device latency/energy (estimated).
 
-    Then, for vector models, where the ESP32 C spends its instructions, op by op."""
+    Then, for vector models, where the ESP32 C spends its instructions, op by op. With --tflite: the file
+    compiled for the ESP32 chips, ours vs TFLite Micro (and, on the S3, TFLM + ESP-NN, estimated)."""
+    if (checkpoint is None) == (tflite is None):
+        raise GrpoEdgeError("give a checkpoint or --tflite MODEL, not both")
+    if tflite is not None:
+        from grpo_edge.bench.tflite_bench import bench_tflite
+        if not Path(tflite).is_file():
+            raise GrpoEdgeError("TFLite model not found: %s" % tflite)
+        bench_tflite(tflite, out, targets=tuple(t for t in (targets or "esp32s3,esp32c3").split(",") if t))
+        typer.echo((Path(out) / "bench.md").read_text())
+        return
     from grpo_edge.bench.table import run_bench
-    run_bench(checkpoint, out, targets=tuple(t for t in targets.split(",") if t), options={"per_op": per_op})
+    run_bench(checkpoint, out, targets=tuple(t for t in (targets or "rpi4,rpi5,esp32s3").split(",") if t),
+              options={"per_op": per_op})
     typer.echo((Path(out) / "bench.md").read_text())
 
 

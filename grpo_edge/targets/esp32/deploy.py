@@ -563,14 +563,25 @@ def tflm_baseline(graph, gen, x_q, opts, out) -> dict:
         y = tflm.run(mp, tflm.to_tflm_input(graph, x_q[:n]), d, ar["arena_bytes"]).reshape(n, -1)
         ref = R.run(graph, x_q[:n])
         ref = (ref.transpose(0, 2, 3, 1) if ref.ndim == 4 and graph.io_layout == "onnx" else ref).reshape(n, -1)
-        diff = np.abs(y.astype(np.int64) - ref.astype(np.int64))
+        if graph.float_edges[1]:                # a float32 output: TFLM's DEQUANTIZE of the same codes
+            to = graph.tensors[graph.output]
+            ref = R.dequantize(ref, to.scale, to.zero_point)
+            y = y.astype(np.float32)
+        if graph.float_edges[1]:                # in LSB of the output's scale (0 when the floats are equal)
+            diff = np.abs(y.astype(np.float64) - ref.astype(np.float64)) / float(graph.tensors[graph.output].scale)
+            diff = np.ceil(diff).astype(np.int64)
+        else:
+            diff = np.abs(y.astype(np.int64) - ref.astype(np.int64))
         res["outputs"] = {"n_inputs": n, "bit_exact": bool(diff.max() == 0), "max_lsb": int(diff.max()),
                           "frac_diff": float((diff > 0).mean()), "frac_equal": float((diff.max(axis=1) == 0).mean()),
                           "reason": "; ".join(notes) if diff.max() else ""}
         if graph.io_layout == "tflite":         # the firmware's golden outputs are TFLM's own on those inputs
             from .firmware import test_vectors
             xv, yv, _ = test_vectors(graph, opts["n_vectors"], opts["seed"])
-            tv = tflm.run(mp, xv, d, ar["arena_bytes"]).reshape(len(xv), -1)
+            tv = tflm.run(mp, tflm.to_tflm_input(graph, xv), d, ar["arena_bytes"]).reshape(len(xv), -1)
+            if graph.float_edges[1]:
+                to = graph.tensors[graph.output]
+                yv = R.dequantize(yv, to.scale, to.zero_point)
             res["test_vectors"] = {"n": int(len(xv)), "equal_tflm": bool(np.array_equal(tv.astype(yv.dtype), yv))}
             if not res["test_vectors"]["equal_tflm"]:
                 res["outputs"]["frac_equal"] = 0.0      # the gate fails: the firmware would check wrong outputs

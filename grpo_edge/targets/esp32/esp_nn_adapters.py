@@ -93,7 +93,7 @@ def fc_call(em, i, op, in_offset):
 def add_call(em, i, op):
     a = op.attrs
     g = em.g
-    if a.get("constants") or g.tensors[op.inputs[0]].size != g.tensors[op.inputs[1]].size:
+    if a.get("constants") or a.get("subtract") or g.tensors[op.inputs[0]].size != g.tensors[op.inputs[1]].size:
         return None
     return ("esp_nn_add_elementwise_s8(%s, %s, %d, %d, %d, %d, %d, %d, %d, %s, %d, %d, %d, %d, %d, %d);"
             % (em.ptr(op.inputs[0]), em.ptr(op.inputs[1]), a["input1_offset"], a["input2_offset"],

@@ -116,6 +116,7 @@ class Graph:
     owners: Any = None          # from a .tflite: owners[k] = the index of the op computing TFLite operator k
     layout: str = "nchw"        # images: "nchw", or "nhwc" (from a .tflite for ESP-NN: conv / pool ops say so)
     esp_nn: bool = False        # the C calls ESP-NN's kernels where GX_USE_ESP_NN is defined (the S3 firmware)
+    float_edges: Any = (False, False)   # from a .tflite: its input / output is float32 (QUANTIZE / DEQUANTIZE)
 
     def storage_root(self) -> Dict[str, str]:
         """Map each tensor to the tensor whose storage it uses (reshape outputs alias their input)."""

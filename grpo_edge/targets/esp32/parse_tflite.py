@@ -272,11 +272,16 @@ class _Reader:
                               % (self.fname, len(ins), len(outs)))
         self.check_index(ins[0], "the subgraph's input")
         self.check_index(outs[0], "the subgraph's output")
-        self._input(ins[0])
+        edges = self._float_edges(ins[0], outs[0])        # QUANTIZE in / DEQUANTIZE out: the generated C's edges
+        self._input(ins[0] if edges[0] is None else edges[0][1])
         problems, poisoned = [], set()
         codes = self.m.operatorCodes or []
         rules = RULES
+        skip = {e[0] for e in edges if e is not None}
         for k, op in enumerate(sg.operators or []):
+            if k in skip:
+                self.owner_ops.append(None)
+                continue
             if op.opcodeIndex is None or op.opcodeIndex >= len(codes):
                 raise ExportError("operator %d refers to operator code %s, the file has %d" % (k, op.opcodeIndex, len(codes)))
             oc = codes[op.opcodeIndex]
@@ -315,7 +320,31 @@ class _Reader:
             raise ExportError("%d operator%s of %s cannot be compiled for the ESP32: %s (it compiles %s)"
                               % (len(problems), "" if len(problems) == 1 else "s", self.fname, "; ".join(problems),
                                  ", ".join(sorted(rules))))
-        return self._finish(outs[0])
+        self.float_edges = edges
+        return self._finish(outs[0] if edges[1] is None else edges[1][1])
+
+    def _float_edges(self, i, o):
+        """A float32 model input read only by one QUANTIZE, a float32 output written by a DEQUANTIZE of an int8
+        tensor: ((operator index, int8 tensor) or None) for each. The generated C then takes and returns the int8
+        codes (its header gives the scale and zero point); TFLM's float edges are compared through them."""
+        ops = list(self.sg.operators or [])
+        codes = self.m.operatorCodes or []
+
+        def name(op):
+            oc = codes[op.opcodeIndex] if op.opcodeIndex is not None and op.opcodeIndex < len(codes) else None
+            return self.names.get(max(int(oc.builtinCode or 0), int(oc.deprecatedBuiltinCode or 0))) if oc else None
+        edge_in = edge_out = None
+        if self.dtype(i) == "FLOAT32":
+            readers = [(k, op) for k, op in enumerate(ops) if i in list(op.inputs if op.inputs is not None else [])]
+            if len(readers) == 1 and name(readers[0][1]) == "QUANTIZE" and readers[0][1].outputs is not None \
+                    and self.dtype(int(readers[0][1].outputs[0])) in ("INT8", "INT16"):
+                edge_in = (readers[0][0], int(readers[0][1].outputs[0]))
+        if self.dtype(o) == "FLOAT32":
+            writers = [(k, op) for k, op in enumerate(ops) if o in list(op.outputs if op.outputs is not None else [])]
+            if len(writers) == 1 and name(writers[0][1]) == "DEQUANTIZE" and writers[0][1].inputs is not None \
+                    and self.dtype(int(writers[0][1].inputs[0])) in ("INT8", "INT16"):
+                edge_out = (writers[0][0], int(writers[0][1].inputs[0]))
+        return edge_in, edge_out
 
     def _input(self, i):
         scale, zp, dt = self.act_info(i)
@@ -342,6 +371,7 @@ class _Reader:
         g.owners = [index.get(id(op)) if op is not None else None for op in self.owner_ops]
         g.io_layout = "tflite"
         g.layout = self.layout
+        g.float_edges = tuple(e is not None for e in self.float_edges)   # (float input, float output) in the .tflite
         if any(t.dtype == "int16" for t in g.tensors.values()):
             raise ExportError("%s has int16 activations (16x8): not compiled from TFLite yet" % self.fname)
         return g
@@ -546,22 +576,221 @@ def max_pool_2d(r, label, op, ins, o):
     _pool(r, label, op, ins, o, "maxpool")
 
 
-def add(r, label, op, ins, o):
+def _constant_operand(r, i, x, what):
+    """A constant int8 operand of an elementwise op with activation x: (its TensorInfo, its codes broadcastable to
+    x in the IR's layout)."""
+    if r.dtype(i) != "INT8":
+        raise ExportError("%s %s has type %s: an int8 constant expected" % (what, r.tlabel(i), r.dtype(i)))
+    arr = r.const(i, what)
+    scale, zp, _ = r.quant(i)
+    rank = len(x.shape)
+    if arr.ndim > rank:
+        raise ExportError("%s %s of shape %s does not broadcast to %s" % (what, r.tlabel(i), list(arr.shape), rank))
+    arr = arr.reshape((1,) * (rank - arr.ndim) + arr.shape)
+    if rank == 4 and r.layout == "nchw":
+        arr = arr.transpose(NHWC2NCHW)
+    try:
+        np.broadcast_to(arr, x.shape)
+    except ValueError:
+        raise ExportError("%s %s of shape %s does not broadcast to %s" % (what, r.tlabel(i), list(r.shape(i)),
+                                                                          list(r.shape(i))))
+    name = r.tname(i) + "/const"
+    return TensorInfo(name, arr.shape, R.f32(scale[0]), int(zp[0]), "int8"), np.ascontiguousarray(arr, np.int8)
+
+
+def _add_or_sub(r, label, op, ins, o, sub):
+    """ADD (add_common.cc: double arithmetic) and SUB (sub_common.cc: the same rule computed in float, the second
+    term subtracted: ADD with its multiplier negated, mbqm being odd)."""
     from .ops.add import add_params
     tfl = _schema()
-    opt = r.options(op, label, tfl.AddOptionsT)
+    opt = r.options(op, label, tfl.SubOptionsT if sub else tfl.AddOptionsT)
     if len(ins) != 2:
         raise ExportError("%d inputs, 2 expected" % len(ins))
-    a, b = r.act(ins[0], "input 0"), r.act(ins[1], "input 1")
-    if tuple(a.shape) != tuple(b.shape):
-        raise ExportError("inputs of shapes %s and %s: broadcasting is not supported yet"
-                          % (_fmt_shape(r.shape(ins[0])), _fmt_shape(r.shape(ins[1]))))
+    consts = {}
+    if r.is_const(ins[0]) and not sub:
+        ins = [ins[1], ins[0]]
+    a = r.act(ins[0], "input 0")
     if a.dtype != "int8":
-        raise ExportError("int16 ADD is not supported from TFLite yet")
+        raise ExportError("int16 %s is not supported from TFLite yet" % ("SUB" if sub else "ADD"))
+    if r.is_const(ins[1]):
+        b, arr = _constant_operand(r, ins[1], a, "input 1")
+        consts[b.name] = arr
+    else:
+        b = r.act(ins[1], "input 1")
+        if tuple(a.shape) != tuple(b.shape):
+            raise ExportError("inputs of shapes %s and %s: only equal shapes or a constant operand"
+                              % (_fmt_shape(r.shape(ins[0])), _fmt_shape(r.shape(ins[1]))))
     out = r.out_tensor(o, a.shape)
-    attrs = add_params(a, b, out)
+    attrs = add_params(a, b, out, consts)
+    if sub:
+        twice = np.float32(2.0) * max(np.float32(a.scale), np.float32(b.scale))
+        m1, s1 = R.quantize_multiplier(float(np.float32(np.float32(a.scale) / twice)))
+        m2, s2 = R.quantize_multiplier(float(np.float32(np.float32(b.scale) / twice)))
+        mo, so = R.quantize_multiplier(float(np.float32(twice / np.float32(np.float32(1 << 20) * np.float32(out.scale)))))
+        attrs.update(input1_multiplier=m1, input1_shift=s1, input2_multiplier=-m2, input2_shift=s2,
+                     output_multiplier=mo, output_shift=so, subtract=True)
+    attrs["constant_quant"] = {n: (b.scale, b.zero_point) for n in consts}
     attrs["activation_min"], attrs["activation_max"] = r.activation_range(opt.fusedActivationFunction, out)
     r.add("add", label, [a, b], out, attrs)
+
+
+def add(r, label, op, ins, o):
+    _add_or_sub(r, label, op, ins, o, False)
+
+
+def sub(r, label, op, ins, o):
+    _add_or_sub(r, label, op, ins, o, True)
+
+
+def mul(r, label, op, ins, o):
+    """MUL (mul_common.cc): (a - za)(b - zb) times double(sa) * double(sb) / double(sy), + zy, clamped. By a scalar
+    constant: a 256-entry table of that arithmetic."""
+    from .ops.mul import reference as mul_ref
+    tfl = _schema()
+    opt = r.options(op, label, tfl.MulOptionsT)
+    if len(ins) != 2:
+        raise ExportError("%d inputs, 2 expected" % len(ins))
+    if r.is_const(ins[0]):
+        ins = [ins[1], ins[0]]
+    a = r.act(ins[0], "input 0")
+    if a.dtype != "int8":
+        raise ExportError("int16 MUL is not supported from TFLite yet")
+    s_out, zp_out, _ = r.act_info(o)
+    if r.is_const(ins[1]):
+        b, arr = _constant_operand(r, ins[1], a, "input 1")
+    else:
+        b, arr = r.act(ins[1], "input 1"), None
+    m, sh = R.quantize_multiplier(float(np.float32(a.scale)) * float(np.float32(b.scale)) / float(np.float32(s_out)))
+    if arr is None:
+        try:
+            shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+        except ValueError:
+            raise ExportError("inputs of shapes %s and %s do not broadcast" % (list(r.shape(ins[0])), list(r.shape(ins[1]))))
+        if len(a.shape) != len(b.shape) or shape[0] != 1 or len(shape) > 4:
+            raise ExportError("inputs of shapes %s and %s: equal ranks (4 at most) expected" % (
+                list(r.shape(ins[0])), list(r.shape(ins[1]))))
+    else:
+        shape = a.shape
+    out = r.out_tensor(o, shape)
+    lo, hi = r.activation_range(opt.fusedActivationFunction, out)
+    attrs = {"a_offset": -a.zero_point, "b_offset": -b.zero_point, "multiplier": m, "shift": sh,
+             "output_offset": out.zero_point, "activation_min": lo, "activation_max": hi}
+    if arr is None:
+        r.add("mul", label, [a, b], out, attrs)
+    elif arr.size == 1:                                # x times one constant: the table of TFLM's arithmetic
+        from .tflite_luts import CODES
+        table = mul_ref(CODES, np.full(256, int(arr.reshape(-1)[0]), np.int64), attrs).astype(np.int8)
+        r.add("lut", label, [a], out, {"table": table, "function": "mul"})
+    else:
+        raise ExportError("a MUL by a constant tensor of %d values (only by a scalar constant)" % arr.size)
+
+
+def concatenation(r, label, op, ins, o):
+    """CONCATENATION: TFLM takes int8 inputs with the output's scale and zero point (no rescale)."""
+    tfl = _schema()
+    opt = r.options(op, label, tfl.ConcatenationOptionsT)
+    if int(opt.fusedActivationFunction or 0):
+        raise ExportError("a fused activation on CONCATENATION is not supported")
+    xs = [r.act(i, "input %d" % k) for k, i in enumerate(ins)]
+    s_out, zp_out, _ = r.act_info(o)
+    for k, x in enumerate(xs):
+        if np.float32(x.scale) != np.float32(s_out) or x.zero_point != zp_out or x.dtype != "int8":
+            raise ExportError("input %d's quantization (%g / %d) differs from the output's (%g / %d): TFLM's int8 "
+                              "concatenation does not rescale" % (k, x.scale, x.zero_point, s_out, zp_out))
+    rank = len(xs[0].shape)
+    axis = int(opt.axis or 0) % rank
+    if rank == 4 and r.layout == "nchw":
+        axis = NHWC2NCHW.index(axis)                   # TFLite's axis among the IR's NCHW axes
+    if axis == 0 or any(len(x.shape) != rank or tuple(np.delete(x.shape, axis)) != tuple(np.delete(xs[0].shape, axis))
+                        for x in xs):
+        raise ExportError("inputs of shapes %s do not concatenate on axis %d" % ([list(r.shape(i)) for i in ins], opt.axis))
+    shape = list(xs[0].shape)
+    shape[axis] = int(sum(x.shape[axis] for x in xs))
+    out = r.out_tensor(o, tuple(shape))
+    r.add("concat", label, xs, out, {"axis": axis, "tables": [None] * len(xs), "constants": {}})
+
+
+def transpose(r, label, op, ins, o):
+    """TRANSPOSE with a constant permutation, in TFLite's own axes (the bytes moved to TFLite's order first)."""
+    x = r.nhwc_bytes(r.act(ins[0], "input"), label)
+    perm = [int(v) for v in np.asarray(r.const(ins[1], "perm")).reshape(-1)]
+    rank = len(x.shape)
+    if sorted(perm) != list(range(rank)) or perm[0] != 0 or rank > 4:
+        raise ExportError("permutation %s of a rank-%d tensor (the batch axis first, rank 4 at most)" % (perm, rank))
+    s_out, zp_out, _ = r.act_info(o)
+    if np.float32(s_out) != np.float32(x.scale) or zp_out != x.zero_point:
+        raise ExportError("input and output quantization differ")
+    shape = tuple(x.shape[k] for k in perm)
+    if rank == 4 and r.layout == "nchw":
+        t = r.new_tensor(r.tname(o) + "/nhwc", shape, x.scale, x.zero_point, x.dtype)
+        r.add("transpose", label, [x], t, {"perm": tuple(perm)})
+        r.ir[o] = r.from_nhwc_bytes(t, r.tname(o), label).name
+        return
+    out = r.out_tensor(o, shape)
+    r.add("transpose", label, [x], out, {"perm": tuple(perm)})
+
+
+def strided_slice(r, label, op, ins, o):
+    """STRIDED_SLICE with constant begin / end / strides and TFLite's begin, end and shrink masks (no ellipsis, no
+    new axes: TFLM has neither), as TFLite resolves them (strided_slice_common.cc)."""
+    tfl = _schema()
+    opt = r.options(op, label, tfl.StridedSliceOptionsT)
+    if int(opt.ellipsisMask or 0) or int(opt.newAxisMask or 0):
+        raise ExportError("ellipsis and new-axis masks are not supported (TFLM has neither)")
+    x = r.act(ins[0], "input")
+    tshape = (1,) + tuple(r.shape(ins[0])[1:])
+    rank = len(tshape)
+    begin, end, step = (np.asarray(r.const(i, w), np.int64).reshape(-1) for i, w in
+                        zip(ins[1:4], ("begin", "end", "strides")))
+    if not (len(begin) == len(end) == len(step) == rank) or np.any(step == 0):
+        raise ExportError("begin / end / strides of lengths %d / %d / %d for a rank-%d input (strides non-zero)"
+                          % (len(begin), len(end), len(step), rank))
+    starts, sizes, steps, shrink = [], [], [], []
+    for k in range(rank):
+        n, st = tshape[k], int(step[k])
+        b = 0 if st > 0 else n - 1
+        if not (int(opt.beginMask or 0) >> k) & 1:
+            b = int(begin[k]) + (n if begin[k] < 0 else 0)
+            b = min(max(b, 0), n) if st > 0 else min(max(b, -1), n - 1)
+        if (int(opt.shrinkAxisMask or 0) >> k) & 1:
+            if k == 0:
+                raise ExportError("shrinking the batch axis is not supported")
+            e, shrink = b + 1, shrink + [k]
+            st = 1
+        elif (int(opt.endMask or 0) >> k) & 1:
+            e = n if st > 0 else -1
+        else:
+            e = int(end[k]) + (n if end[k] < 0 else 0)
+            e = min(max(e, 0), n) if st > 0 else min(max(e, -1), n - 1)
+        size = max(0, -(-(e - b) // st)) if st > 0 else max(0, -(-(b - e) // -st))
+        starts.append(b)
+        sizes.append(size)
+        steps.append(st)
+    if any(n == 0 for n in sizes) or sizes[0] != 1:
+        raise ExportError("the slice is empty or cuts the batch axis: sizes %s" % sizes)
+    s_out, zp_out, _ = r.act_info(o)
+    if np.float32(s_out) != np.float32(x.scale) or zp_out != x.zero_point:
+        raise ExportError("input and output quantization differ")
+    if rank == 4 and r.layout == "nchw":               # the slice on the IR's NCHW axes
+        order = list(NHWC2NCHW)
+        starts, sizes, steps = ([v[k] for k in order] for v in (starts, sizes, steps))
+    full = tuple(sizes)
+    kept_rank = rank - len(shrink)
+    if not shrink:
+        out = r.out_tensor(o, full)
+        r.add("strided_slice", label, [x], out, {"begin": starts, "size": sizes, "step": steps})
+        return
+    t = r.new_tensor(r.tname(o) + "/unshrunk", full, x.scale, x.zero_point, x.dtype)
+    r.add("strided_slice", label, [x], t, {"begin": starts, "size": sizes, "step": steps})
+    t = r.nhwc_bytes(t, label) if rank == 4 else t
+    shape = (1,) + tuple(r.shape(o)[1:]) if kept_rank > 1 or r.shape(o) else (1,)
+    if len(shape) == 4 and r.layout == "nchw":
+        v = r.new_tensor(r.tname(o) + "/nhwc", shape, x.scale, x.zero_point, x.dtype)
+        r.add("reshape", label + "/shrink", [t], v, {})
+        r.ir[o] = r.from_nhwc_bytes(v, r.tname(o), label).name
+        return
+    out = r.out_tensor(o, shape)
+    r.add("reshape", label + "/shrink", [t], out, {})
 
 
 def reshape(r, label, op, ins, o):
@@ -674,5 +903,6 @@ def _table_rule(name):
 RULES = {"FULLY_CONNECTED": fully_connected, "CONV_2D": conv_2d, "DEPTHWISE_CONV_2D": depthwise_conv_2d,
          "AVERAGE_POOL_2D": average_pool_2d, "MAX_POOL_2D": max_pool_2d, "ADD": add, "RESHAPE": reshape,
          "SQUEEZE": reshape, "EXPAND_DIMS": reshape, "SOFTMAX": softmax, "PAD": pad, "PADV2": pad,
-         "MEAN": mean}
+         "MEAN": mean, "SUB": sub, "MUL": mul, "CONCATENATION": concatenation, "TRANSPOSE": transpose,
+         "STRIDED_SLICE": strided_slice}
 RULES.update({name: _table_rule(name) for name in ("RELU", "RELU6", "TANH", "LOGISTIC", "HARD_SWISH", "QUANTIZE")})

@@ -152,6 +152,9 @@ def to_tflm_input(graph, x_int8):
     if x.dtype != dt and np.can_cast(x.dtype, dt):
         x = x.astype(dt)
     if graph.io_layout == "tflite":         # a graph read from a .tflite takes TFLite's layout already
+        if graph.float_edges[0]:            # a float32 input: the values whose QUANTIZE gives these codes
+            t = graph.tensors[graph.input]
+            return ((x.astype(np.float32) - np.float32(t.zero_point)) * np.float32(t.scale)).astype(np.float32)
         return x
     return x.transpose(0, 2, 3, 1) if x.ndim == 4 else x
 

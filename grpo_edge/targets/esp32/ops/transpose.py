@@ -65,7 +65,36 @@ def from_transpose(p, node):
     p.add_op("transpose", node, [x.name], tuple(x.shape[k] for k in perm), {"perm": tuple(perm)})
 
 
-SPECS = [OpSpec("transpose", reference, emit, tflm, elementwise_macs, to_int16=to_transpose16),
+def reference_slice(x, p):
+    """strided_slice: x[begin : begin + size * step : step] on every axis (a TFLite STRIDED_SLICE, masks resolved
+    by the front end), the batch axis kept."""
+    return x[(slice(None),) + tuple(slice(b, b + n * s, s) for b, n, s in
+                                    zip(p["begin"][1:], p["size"][1:], p["step"][1:]))]
+
+
+def emit_slice(em, i, op, name):
+    """gx_transpose's walk (the output in order, the input through strides) with each stride times its step, from
+    the first element of the slice."""
+    shape = em.g.tensors[op.inputs[0]].shape
+    a = op.attrs
+    strides = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
+    pad = 4 - len(shape)
+    dims = [1] * pad + [int(n) for n in a["size"]]
+    stride = [0] * pad + [strides[k] * int(a["step"][k]) for k in range(len(shape))]
+    base = sum(strides[k] * int(a["begin"][k]) for k in range(len(shape)))
+    em.data.append(c_struct("gx_transpose_t", name, [("dims", "{%s}" % ", ".join(map(str, dims))),
+                                                     ("stride", "{%s}" % ", ".join(map(str, stride)))]))
+    return "gx_transpose(&%s, (%s) + %d, %s)" % (name, em.ptr(op.inputs[0]), base, em.ptr(op.output))
+
+
+def tflm_slice(b, i, op):
+    from grpo_edge.errors import TargetError
+    raise TargetError("no TFLM mapping written for strided_slice (op %r): it comes from a .tflite, which TFLM "
+                      "runs as it is" % op.name)
+
+
+SPECS = [OpSpec("strided_slice", reference_slice, emit_slice, tflm_slice, elementwise_macs),
+         OpSpec("transpose", reference, emit, tflm, elementwise_macs, to_int16=to_transpose16),
          OpSpec("transpose16", reference, emit16, tflm, elementwise_macs, int16=True)]
 
 ONNX = {"Transpose": from_transpose}
