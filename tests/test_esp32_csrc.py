@@ -93,7 +93,7 @@ def test_conv_kernel_alone_matches_reference(tmp_path):
                  _arr("int32_t", "m%d" % k, p["multiplier"]) + _arr("int8_t", "s%d" % k, p["shift"]) +
                  _arr("int8_t", "x%d" % k, x))
         body += ("static const gx_conv_t p%d = {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, w%d, "
-                 "{b%d, m%d, s%d, %d, %d, %d}};\n"
+                 "{b%d, m%d, s%d, %d, %d, %d}, 0, 0};\n"
                  % (k, C, H, W, OC, OH, OW, KH, KW, p["strides"][0], p["strides"][1], p["dilations"][0],
                     p["dilations"][1], p["pads"][0], p["pads"][1], p["group"], -p["input_offset"], k, k, k, k,
                     p["output_offset"], p["activation_min"], p["activation_max"]))

@@ -353,8 +353,11 @@ class _Reader:
             raise ExportError("the input %s has shape %s: fixed sizes are needed" % (self.tlabel(i), list(shape)))
         shape = (1,) + shape[1:]
         self.input = self.new_tensor(self.tname(i), shape, scale, zp, dt).name
+        self.input_nchw = None
         if len(shape) == 4 and self.layout == "nchw":
             self.ir[i] = self.from_nhwc_bytes(self.tensors[self.input], self.tname(i) + "/nchw", "input").name
+            if self.ops and self.ops[-1].kind == "transpose":
+                self.input_nchw = self.ir[i]          # a conv may read the NHWC input instead (_conv)
         else:
             self.ir[i] = self.input
 
@@ -500,6 +503,9 @@ def _conv(r, label, op, ins, o, depthwise):
     if len(x.shape) != 4:
         raise ExportError("input %s has rank %d: NHWC (4-D) expected" % (r.tlabel(ins[0]), len(x.shape)))
     C, H, W = r.chw(x)
+    nhwc_input = None                 # a conv of the model input reads its NHWC bytes (no transpose, no copy)
+    if r.layout == "nchw" and not depthwise and x.name == r.input_nchw:
+        nhwc_input = r.tensors[r.input]
     ws = r.shape(ins[1])
     if len(ws) != 4:
         raise ExportError("filter %s has shape %s: 4-D expected" % (r.tlabel(ins[1]), list(ws)))
@@ -527,11 +533,15 @@ def _conv(r, label, op, ins, o, depthwise):
     out = r.out_tensor(o, r.img(OC, oh, ow))
     m, s = r.per_channel_multipliers(x.scale, s_w, out.scale)
     lo, hi = r.activation_range(opt.fusedActivationFunction, out)
-    r.add("conv", label, [x], out, {"weights": np.ascontiguousarray(w, np.int8), "bias": bias,
+    if nhwc_input is not None and group != 1:
+        nhwc_input = None
+    r.add("conv", label, [x if nhwc_input is None else nhwc_input], out, {
+        "weights": np.ascontiguousarray(w, np.int8), "bias": bias, "input_nhwc": nhwc_input is not None,
                                     "input_offset": -x.zero_point, "strides": strides, "dilations": dil, "pads": pads,
                                     "group": group, "weight_scales": s_w.astype(np.float32), "multiplier": m,
                                     "shift": s, "output_offset": out.zero_point, "activation_min": lo,
-                                    "activation_max": hi, "layout": r.layout})
+                                    "activation_max": hi, "layout": r.layout, "in_plane": H * W,
+                                    "out_plane": oh * ow})
 
 
 def conv_2d(r, label, op, ins, o):

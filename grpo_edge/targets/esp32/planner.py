@@ -4,7 +4,10 @@ Each stored tensor lives from the op that writes it to the last op that reads it
 take no storage of their own (storage_roots): a reshape's output is its input, and an op whose kernel may
 write over an input (OpSpec.in_place: the elementwise table lookup and add, a depthwise 1x1 conv of stride
 1 without padding, where out[k] depends on the inputs' element k only) writes over that input when the
-input is the same size and nothing reads it afterwards. The model input is read straight from the
+input is the same size and nothing reads it afterwards. Some kernels may do so at any size (in_place answers
+ANY_SIZE: an NCHW 1x1 conv of stride 1, which reads each pixel pair's channels before writing that pair; an NCHW
+depthwise conv, which builds each channel's output plane aside first): their buffer is then the larger of the
+two. The model input is read straight from the
 caller's `in` pointer (never written over) and the model output written straight to `out`, so neither
 takes arena space. Buffers are placed greedily, largest first, at the lowest 4-byte-aligned offset where
 they overlap no buffer whose lifetime intersects theirs; apart from those in-place ops, an op's inputs and
@@ -21,6 +24,7 @@ from typing import Dict, List
 from .ir import concat_blocks
 
 ALIGN = 4
+ANY_SIZE = "any size"      # OpSpec.in_place's answer for a kernel that may write over an input of another size
 
 
 @dataclass
@@ -69,24 +73,28 @@ def storage_roots(graph) -> Dict[str, str]:
             last_read[t] = i
     root = {graph.input: graph.input}
     sharers = {graph.input: [graph.input]}      # storage root -> the tensors stored there so far
+    concat_inputs = {t for op in graph.ops if op.kind == "concat" for t in op.inputs}
     for i, op in enumerate(graph.ops):
         if op.kind == "reshape":
             r = root.get(op.inputs[0], op.inputs[0])
         else:
-            r = _overwritable_input(graph, i, op, root, sharers, last_read) or op.output
+            r = _overwritable_input(graph, i, op, root, sharers, last_read, concat_inputs) or op.output
         root[op.output] = r
         sharers.setdefault(r, []).append(op.output)
     return root
 
 
-def _overwritable_input(graph, i, op, root, sharers, last_read):
-    """The storage root of an input op i may write its output over, or None."""
+def _overwritable_input(graph, i, op, root, sharers, last_read, concat_inputs=()):
+    """The storage root of an input op i may write its output over, or None. An output a concat reads is left its
+    own bytes by the any-size rule: concat_parts writes it straight into its block of the concat instead."""
     from .ops import OPS
-    if not OPS[op.kind].in_place(op) or op.output == graph.output:
+    mode = OPS[op.kind].in_place(op)
+    if not mode or op.output == graph.output or (mode == ANY_SIZE and op.output in concat_inputs):
         return None
     for t in op.inputs:
         r = root.get(t)                          # None: a constant
-        if r is None or r == root[graph.input] or graph.tensors[t].nbytes != graph.tensors[op.output].nbytes:
+        same = graph.tensors[t].nbytes == graph.tensors[op.output].nbytes
+        if r is None or r == root[graph.input] or not (same or mode == ANY_SIZE):
             continue
         if all(last_read.get(x, -1) <= i for x in sharers[r]):
             return r
@@ -125,6 +133,7 @@ def lifetimes(graph, root) -> Dict[str, Buffer]:
         r = root[op.output]
         if r not in bufs:
             bufs[r] = Buffer(r, graph.tensors[r].nbytes, i, i)
+        bufs[r].size = max(bufs[r].size, graph.tensors[op.output].nbytes)   # an in-place op may grow its input's
         for name in op.inputs:
             if name in root:
                 rr = root[name]

@@ -100,6 +100,8 @@ typedef struct {
     int32_t pad_value;          /* input zero point: there x + input_offset == 0, TFLite's skipped tap */
     const int8_t *weights;      /* [oc][c / groups][kh][kw] */
     gx_requant_t q;             /* bias folded: bias + input_offset * sum(w[oc]) */
+    int in_nhwc;                /* 1: the input is NHWC (a .tflite's model input, read as it is; groups 1) */
+    int plane;                  /* 1: a depthwise conv the planner runs in place: output planes built in scratch */
 } gx_conv_t;
 
 /* Bytes of scratch gx_conv needs: two im2col columns of cg * kh * kw taps each. */
@@ -149,6 +151,23 @@ GX_INLINE void gx_im2col(const gx_conv_t *p, const int8_t *restrict xg, int cg, 
                 for (; kx < p->kw; ++kx, col += 2) col[0] = pad;
             }
     }
+}
+
+/* gx_im2col over an NHWC input (groups 1): the same columns, tap t = (ic, ky, kx) read at (y, x, ic). */
+GX_INLINE void gx_im2col_nhwc(const gx_conv_t *p, const int8_t *restrict x, int pix, int8_t *restrict col)
+{
+    const int oy = pix / p->ow, ox = pix - oy * p->ow;
+    const int y0 = oy * p->sh - p->pad_t, x0 = ox * p->sw - p->pad_l;
+    const int8_t pad = (int8_t)p->pad_value;
+    int ic, ky, kx;
+    for (ic = 0; ic < p->c; ++ic)
+        for (ky = 0; ky < p->kh; ++ky) {
+            const int y = y0 + ky * p->dh;
+            for (kx = 0; kx < p->kw; ++kx, col += 2) {
+                const int xx = x0 + kx * p->dw;
+                col[0] = (y < 0 || y >= p->h || xx < 0 || xx >= p->w) ? pad : x[(y * p->w + xx) * p->c + ic];
+            }
+        }
 }
 
 /* Output channels per register block: 4 (8 accumulators) for 32-register cores (RISC-V: ESP32-C3/C6);
@@ -238,16 +257,27 @@ GX_INLINE void gx_conv(const gx_conv_t *p, const int8_t *in, int8_t *out, int8_t
 {
     const int cg = p->c / p->groups, ocg = p->oc / p->groups, K = cg * p->kh * p->kw;
     const int ohw = p->oh * p->ow;
-    int g, pix;
+    /* In place (the planner's choice, ops/conv.py in_place): a depthwise conv builds each channel's output plane
+     * after the im2col columns, then copies it over its own input plane, which no later channel reads. */
+    int8_t *plane = p->plane ? scratch + GX_CONV_SCRATCH(cg, p->kh, p->kw) : 0;
+    int g, pix, k;
     for (g = 0; g < p->groups; ++g) {
         const int8_t *xg = in + g * cg * p->h * p->w;
         int8_t *og = out + g * ocg * ohw;
+        int8_t *dst = plane ? plane : og;
         for (pix = 0; pix < ohw; pix += 2) {
             const int two = pix + 1 < ohw;
-            gx_im2col(p, xg, cg, pix, scratch);
-            gx_im2col(p, xg, cg, two ? pix + 1 : pix, scratch + 1);
-            gx_conv_cols(p, g * ocg, ocg, K, scratch, og + pix, ohw, two);
+            if (p->in_nhwc) {
+                gx_im2col_nhwc(p, in, pix, scratch);
+                gx_im2col_nhwc(p, in, two ? pix + 1 : pix, scratch + 1);
+            } else {
+                gx_im2col(p, xg, cg, pix, scratch);
+                gx_im2col(p, xg, cg, two ? pix + 1 : pix, scratch + 1);
+            }
+            gx_conv_cols(p, g * ocg, ocg, K, scratch, dst + pix, ohw, two);
         }
+        if (plane)
+            for (k = 0; k < ocg * ohw; ++k) og[k] = plane[k];
     }
 }
 

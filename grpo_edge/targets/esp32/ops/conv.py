@@ -63,8 +63,16 @@ def tflm16(b, i, op):
     tflm(b, i, op)
 
 
-@R.nhwc_aware
 def reference(x, p, requant=None):
+    """The conv over NCHW; an op marked layout "nhwc" over NHWC (R.nhwc_aware), one marked input_nhwc reads an
+    NHWC input (a .tflite's model input, read as it is) and writes NCHW."""
+    if p.get("input_nhwc"):
+        return _reference(np.transpose(x, (0, 3, 1, 2)), p, requant)
+    return _reference(x, p, requant)
+
+
+@R.nhwc_aware
+def _reference(x, p, requant=None):
     """x (B, C, H, W) int8, weights (OC, C/group, KH, KW) -> (B, OC, OH, OW).
 
     Grouped convolution covers depthwise (group == C). Taps in the padding are skipped, which is
@@ -148,6 +156,8 @@ def emit(em, i, op, name):
     w = a["weights"]
     OC, CG, KH, KW = w.shape
     _, C, H, W = em.g.tensors[op.inputs[0]].shape
+    if a.get("input_nhwc"):
+        _, H, W, C = em.g.tensors[op.inputs[0]].shape
     _, _, OH, OW = em.g.tensors[op.output].shape
     bias = a["bias"].astype(np.int64)
     folded = bias + a["input_offset"] * w.reshape(OC, -1).astype(np.int64).sum(axis=1)
@@ -158,7 +168,9 @@ def emit(em, i, op, name):
         ("c", C), ("h", H), ("w", W), ("oc", OC), ("oh", OH), ("ow", OW), ("kh", KH), ("kw", KW),
         ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("dh", a["dilations"][0]), ("dw", a["dilations"][1]),
         ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]), ("groups", a["group"]),
-        ("pad_value", -a["input_offset"]), ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
+        ("pad_value", -a["input_offset"]), ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a)),
+        ("in_nhwc", int(bool(a.get("input_nhwc")))),
+        ("plane", int(a["group"] > 1 and em.ptr(op.inputs[0]) == em.ptr(op.output)))]))
     scratch = em.scratch(i) if "scratch%d" % i in em.plan.buffers else "0"
     return "gx_conv(&%s, %s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output), scratch)
 
@@ -246,21 +258,49 @@ def from_conv(p, node):
     out = TensorInfo(name, (1, oc, oh, ow), scale, zp)
     attrs = {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
              "strides": strides, "dilations": dil, "pads": pads, "group": group,
-             "weight_scales": s_w.astype(np.float32)}
+             "weight_scales": s_w.astype(np.float32), "in_plane": H * W, "out_plane": oh * ow}
     attrs.update(p.requant_params(x.scale, s_w, out))
     p.add_op("conv", node, [x.name], out.shape, attrs, onnx_shape=(1, oc, ow) if rank == 3 else None)
 
 
 def scratch(op):
-    """Two im2col columns of one output pixel, int8 (GX_CONV_SCRATCH in csrc/gx_kernels.h); over NHWC images a
-    depthwise conv's int32 accumulators (GX_CONV_NHWC_SCRATCH), or ESP-NN's scratch where it is larger
-    (esp_nn_adapters.scratch_bytes: the S3 firmware)."""
+    """Two im2col columns of one output pixel, int8 (GX_CONV_SCRATCH in csrc/gx_kernels.h), and for a depthwise
+    conv that may run in place one output plane (GX_CONV_PLANE); over NHWC images a depthwise conv's int32
+    accumulators (GX_CONV_NHWC_SCRATCH), or ESP-NN's scratch where it is larger (esp_nn_adapters: the S3)."""
     oc, cg, kh, kw = op.attrs["weights"].shape
     if op.attrs.get("layout") == "nhwc":
         ours = 4 * oc if (op.attrs["group"] > 1 and cg == 1) else 0
         nn = op.attrs.get("esp_nn_scratch", 0)
         return max(ours, nn)
-    return 2 * cg * kh * kw
+    return 2 * cg * kh * kw + (op.attrs.get("out_plane", 0) if _depthwise_in_place(op) else 0)
+
+
+def _depthwise_in_place(op) -> bool:
+    """An NCHW depthwise conv of multiplier 1 whose output plane is no larger than its input's (stride >= 1)."""
+    a = op.attrs
+    oc, cg, kh, kw = a["weights"].shape
+    return (a.get("layout") != "nhwc" and cg == 1 and a["group"] == oc and a.get("out_plane", 0) > 0
+            and a.get("out_plane", 0) <= a.get("in_plane", 0))
+
+
+def in_place(op):
+    """Whether gx_conv may write op's output over its input: a depthwise 1x1 conv of stride 1 without padding
+    (element k from element k); over NCHW images, at any size, a 1x1 conv of stride 1 without padding (each pixel
+    pair's channels are read into the im2col columns before that pair's outputs are written) and a depthwise
+    conv of multiplier 1 (each channel's output plane is built in scratch, then copied over its input plane,
+    which no later channel reads)."""
+    from ..planner import ANY_SIZE
+    a = op.attrs
+    oc, cg, kh, kw = a["weights"].shape
+    if pointwise(op):
+        return True
+    if a.get("layout") == "nhwc":
+        return False
+    if a["group"] == 1 and (kh, kw) == (1, 1) and tuple(a["strides"]) == (1, 1) and not any(a["pads"]):
+        return ANY_SIZE
+    if _depthwise_in_place(op):
+        return ANY_SIZE
+    return False
 
 
 def pointwise(op) -> bool:
@@ -272,7 +312,7 @@ def pointwise(op) -> bool:
             and not any(a["pads"]))
 
 
-SPECS = [OpSpec("conv", reference, emit, tflm, macs, scratch=scratch, in_place=pointwise, to_int16=to_conv16),
+SPECS = [OpSpec("conv", reference, emit, tflm, macs, scratch=scratch, in_place=in_place, to_int16=to_conv16),
          OpSpec("conv16", reference16, emit16, tflm16, macs, int16=True)]
 
 ONNX = {"Conv": from_conv}
