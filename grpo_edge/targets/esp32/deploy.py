@@ -136,7 +136,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     x_q = rng.integers(tin.qmin, tin.qmax + 1, size=(opts["n_check"],) + tuple(tin.shape[1:])).astype(tin.np_dtype)
     if tflite_src and opts["tflite_inputs"] is not None:     # the user's inputs first: checked and profiled
         x_q = np.concatenate([opts["tflite_inputs"], x_q])
-    _host_check(graph, gen, x_q, rep)               # 1. host C == reference, two optimisation levels
+    _host_check(graph, gen, x_q, rep, tflite_src)   # 1. host C == reference, two optimisation levels
     if graph.esp_nn:                                # 1b. the same C calling ESP-NN (its ANSI C) == reference
         _esp_nn_check(graph, gen, x_q, rep)
     fw = firmware.assemble(graph, gen, out, opts["n_vectors"], opts["seed"])
@@ -305,13 +305,16 @@ def input_words(t) -> str:
     return "token-id (0..%d)" % (t.limit - 1) if t.limit else t.dtype
 
 
-def _host_check(graph, gen, x_q, rep) -> None:
-    """The generated C, compiled for this host at two optimisation levels, must equal the NumPy reference."""
-    host = simulate.host_check(graph, gen, x_q)
+def _host_check(graph, gen, x_q, rep, sanitize=False) -> None:
+    """The generated C, compiled for this host at two optimisation levels (and with AddressSanitizer + UBSan for a
+    .tflite, where they run here), must equal the NumPy reference."""
+    from .cc import sanitizers_available
+    opts = ("O2", "O0-novec") + (("O1-sanitize",) if sanitize and sanitizers_available() else ())
+    host = simulate.host_check(graph, gen, x_q, opts)
     rep.sections["host_simulation"] = host
     rep.add("host_bit_exact", host["bit_exact"], "", "measured-host",
-            "gcc %s, %d random %s inputs vs NumPy reference" % (" ".join(simulate.CFLAGS), len(x_q),
-                                                                  input_words(graph.tensors[graph.input])))
+            "gcc %s (%s), %d random %s inputs vs NumPy reference" % (
+                " ".join(simulate.CFLAGS), ", ".join(opts), len(x_q), input_words(graph.tensors[graph.input])))
     if not host["bit_exact"]:
         raise TargetError("generated C differs from the NumPy reference on the host (%s): not deploying"
                           % {k: v["mismatches"] for k, v in host["builds"].items()})

@@ -14,9 +14,10 @@ import numpy as np
 from grpo_edge.errors import TargetError
 
 from . import reference as R
-from .cc import CFLAGS, gcc  # noqa: F401  (simulate.gcc / CFLAGS: the deploy report and the tests use them)
+from .cc import CFLAGS, SANITIZE, gcc  # noqa: F401  (simulate.gcc / CFLAGS: the deploy report and the tests use them)
 
-OPT_LEVELS = {"O2": ["-O2"], "O0-novec": ["-O0", "-fno-tree-vectorize"]}
+OPT_LEVELS = {"O2": ["-O2"], "O0-novec": ["-O0", "-fno-tree-vectorize"],
+              "O1-sanitize": ["-O1"] + SANITIZE}     # AddressSanitizer + UBSan: any out-of-bounds read or UB aborts
 
 
 def harness_c(models: Sequence) -> str:
