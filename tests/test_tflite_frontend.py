@@ -221,3 +221,20 @@ def test_s3_deploy_reports_the_esp_nn_estimate_labelled(tmp_path):
     assert "GX_USE_ESP_NN" in (comp / "CMakeLists.txt").read_text()
     assert "CONFIG_NN_OPTIMIZED=y" in (tmp_path / "out" / "firmware" / "sdkconfig.defaults").read_text()
     assert rep.sections["tflm_baseline"]["test_vectors"]["equal_tflm"]
+
+
+def test_bench_tflite_cli_writes_the_comparison(tmp_path):
+    """`grpo-edge bench --tflite M --targets esp32c3`: the deploy's figures, ours vs TFLM, as a table and JSON."""
+    _need_tflm()
+    from grpo_edge.bench import tiny_models as T
+    T.write_model("kws_streaming", tmp_path / "kws.tflite")
+    r = cli_in(tmp_path, "bench", "--tflite", "kws.tflite", "--targets", "esp32c3", "--out", "b")
+    assert r.returncode == 0, r.stderr
+    assert "| kws | esp32c3 | True / True / True |" in r.stdout
+    import json
+    rows = json.loads((tmp_path / "b" / "bench.json").read_text())["rows"]
+    assert rows[0]["tflm_bit_exact"] and rows[0]["arena_bytes"] < rows[0]["tflm_arena_bytes"]
+    r = cli_in(tmp_path, "bench", "--tflite", "kws.tflite", "--targets", "rpi4", "--out", "b2")
+    assert "esp32 targets" in one_error_line(r)
+    r = cli_in(tmp_path, "bench", "--tflite", "nope.tflite")
+    assert "nope.tflite" in one_error_line(r)
