@@ -14,7 +14,9 @@ cannot run here, so every figure below is an estimate, built only from what is m
 
 ESP-NN's S3 speed-ups over its ANSI C (espressif/esp-nn README): 1x1 conv about 10x, other conv 3.3x (the low
 end of its 3.3-10x), depthwise 4.6-6.2x (5.4), fully connected 2.8x; add, pools and softmax are taken as 1x
-(no figure published). ESP-NN's ANSI C is about 2x TFLM's reference kernels (esp-nn issue 1, plain ESP32).
+(no figure published; ESP-NN's ANSI factor only); ops without an ESP-NN kernel in esp-tflite-micro (tables,
+reshapes, pads, transposes, and dilated convs: ESP-NN has no dilation) run TFLM's reference kernels, 1x.
+ESP-NN's ANSI C is about 2x TFLM's reference kernels (esp-nn issue 1, plain ESP32).
 Check against the one end-to-end figure published: esp-tflite-micro's person detection (MobileNetV1 0.25,
 96x96) runs 2300 ms with TFLM's reference kernels and 54 ms with ESP-NN on an S3, 42.6x; the model's factor
 for the MobileNet row of docs/results.md is printed beside it (`anchor_check`), so the reader sees how far off
@@ -32,14 +34,22 @@ PERSON_DETECTION = {"tflm_reference_ms": 2300.0, "esp_nn_ms": 54.0,
                     "source": "esp-tflite-micro README, person detection invoke() on an ESP32-S3"}
 
 
+ESP_NN_ELEMENTWISE = ("add", "mul", "avgpool", "maxpool", "softmax")   # ESP-NN kernels with no S3 figure
+
+
 def op_class(kind, attrs) -> str:
-    """Which ESP-NN speed-up applies: conv1x1, conv, depthwise, fc, or other (1x)."""
+    """Which speed-up TFLM + ESP-NN gets on the op: conv1x1, conv, depthwise, fc, esp_nn (ESP-NN's ANSI factor
+    only) or reference (1x: no ESP-NN kernel; a dilated conv too, ESP-NN's kernels having no dilation)."""
     if kind == "conv":
+        if tuple(attrs.get("dilations", (1, 1))) != (1, 1):
+            return "reference"
         oc, cg, kh, kw = attrs["weights"].shape
         if attrs["group"] > 1:
-            return "depthwise" if cg == 1 else "other"
+            return "depthwise" if cg == 1 else "reference"
         return "conv1x1" if (kh, kw) == (1, 1) else "conv"
-    return "fc" if kind == "fc" else "other"
+    if kind == "fc":
+        return "fc"
+    return "esp_nn" if kind in ESP_NN_ELEMENTWISE else "reference"
 
 
 def estimate(graph, per_op, totals, clock_hz=240e6, esp_nn_ops=()) -> dict:
@@ -54,7 +64,7 @@ def estimate(graph, per_op, totals, clock_hz=240e6, esp_nn_ops=()) -> dict:
     for r in per_op:
         op = graph.ops[r["op"]]
         cls = op_class(op.kind, op.attrs)
-        speedup = ANSI_OVER_REFERENCE * SIMD_OVER_ANSI.get(cls, 1.0)
+        speedup = 1.0 if cls == "reference" else ANSI_OVER_REFERENCE * SIMD_OVER_ANSI.get(cls, 1.0)
         ours = (r.get("rv32_instructions") or 0) * us
         ref = (r.get("tflm_host_instructions") or 0) * to_rv32 * us
         row = {"op": r["op"], "kind": op.kind, "class": cls, "ours_us": ours, "tflm_reference_us": ref,
