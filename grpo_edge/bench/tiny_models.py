@@ -540,3 +540,25 @@ def dequantize_inputs(name, codes, seed=0) -> np.ndarray:
     """Float values of int8 input codes (as sample_inputs returns) for float_forward."""
     scale, zp = input_quantization(name, seed)
     return ((np.asarray(codes, np.float32) - zp) * np.float32(scale)).astype(np.float32)
+
+
+def main(argv=None):
+    """python -m grpo_edge.bench.tiny_models NAME OUT.tflite [--seed N] [--per-channel-fc] [--float]: write one
+    of the MLPerf Tiny architectures (MODELS) as an int8 .tflite, e.g. for `grpo-edge deploy --tflite`."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m grpo_edge.bench.tiny_models", description=main.__doc__)
+    ap.add_argument("name", choices=list(MODELS))
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--per-channel-fc", action="store_true")
+    ap.add_argument("--float", dest="float_model", action="store_true", help="float32 instead of int8")
+    a = ap.parse_args(argv)
+    info = write_model(a.name, a.out, seed=a.seed, per_channel_fc=a.per_channel_fc, float_model=a.float_model)
+    print("wrote %s: %s, %d bytes, %d parameters, input %s, output %s" % (
+        info["path"], a.name, info["bytes"], info["params"], list(info["input_shape"]), list(info["output_shape"])))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())
