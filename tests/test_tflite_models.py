@@ -1,6 +1,6 @@
 """The MLPerf Tiny architectures as int8 .tflite files (bench/tiny_models.py) through the TFLite front end: the
 NumPy reference and the generated C equal TFLM on the same file, on sample inputs and random ones across the
-int8 range; the small models on rv32 too (the five on both chips run in tests/test_tflite_deploy.py)."""
+int8 range; the small models on rv32 too (the five deployed to both chips: benchmarks/tflite_models.py)."""
 import numpy as np
 import pytest
 

@@ -55,15 +55,16 @@ def _run(buf, x):
     return np.stack(ys), ip
 
 
-def _quality(name, buf, seed=0, n=N):
-    """int8 TFLM vs the float network on the same n inputs: classifiers (argmax agreement, correlation of the
-    dequantized probabilities with the float ones, distinct output rows, distinct argmax classes);
+def _quality(name, buf, seed=0, n=N, activations="int8"):
+    """int8 (or 16x8) TFLM vs the float network on the same n inputs: classifiers (argmax agreement, correlation
+    of the dequantized probabilities with the float ones, distinct output rows, distinct argmax classes);
     the autoencoder (mean abs error / float output range,)."""
-    x = tm.sample_inputs(name, n, seed=seed)
+    x = tm.sample_inputs(name, n, seed=seed, activations=activations)
     y, ip = _run(buf, x)
     q = ip.get_output_details(0)["quantization_parameters"]
     deq = (y.astype(np.float32) - q["zero_points"][0]) * q["scales"][0]
-    ref = tm.float_forward(name, tm.dequantize_inputs(name, x, seed=seed), seed=seed).reshape(n, -1)
+    ref = tm.float_forward(name, tm.dequantize_inputs(name, x, seed=seed, activations=activations),
+                           seed=seed).reshape(n, -1)
     if name == "fc_autoencoder":
         return (float(np.abs(deq - ref).mean() / (ref.max() - ref.min())),)
     corr = np.corrcoef(deq.ravel(), ref.ravel())[0, 1] if deq.std() > 0 else 0.0
@@ -258,6 +259,45 @@ def test_checks_catch_a_calibration_10x_off(monkeypatch, factor):
         monkeypatch.undo()
         tm._model.cache_clear()
     assert passed == []
+
+
+# ------------------------------------------------------------------------------------------------ 16x8
+
+@pytest.mark.parametrize("name", list(tm.MODELS))
+def test_16x8_fields_are_the_converters_and_track_the_float_network(name):
+    """activations="int16": int16 activations with zero point 0 and a symmetric scale, int8 weights as in int8,
+    int64 biases at float32(input scale * weight scale), the int16 op versions, ADD without power-of-two scales,
+    softmax at 1/32768; TFLM runs it and it tracks the float network at least as closely as int8 does."""
+    buf = tm.build(name, activations="int16")
+    m = _read(buf)
+    versions = {OPNAME[c.builtinCode]: c.version for c in m.operatorCodes}
+    assert all(versions[op] == v for op, v in tm._VERSIONS_INT16.items() if op in versions)
+    sg = m.subgraphs[0]
+    for op, o in _ops(m):
+        y = sg.tensors[o.outputs[0]]
+        s, zp, _ = _q(y)
+        assert y.type == tfl.TensorType.INT16 and zp.tolist() == [0] and len(s) == 1
+        if op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
+            x, w, b = (sg.tensors[i] for i in o.inputs)
+            assert w.type == tfl.TensorType.INT8 and b.type == tfl.TensorType.INT64
+            assert np.array_equal(_q(b)[0], (_q(x)[0][0] * _q(w)[0]).astype(np.float32))
+        if op == "SOFTMAX":
+            assert s[0] == np.float32(1 / 32768)
+        if op == "ADD":
+            assert o.builtinOptions.potScaleInt16 is False
+    q16, q8 = _quality(name, buf, activations="int16"), _quality(name, tm.build(name))
+    assert _good(name, q16), q16
+    if name == "fc_autoencoder":
+        assert q16[0] <= q8[0]
+    else:
+        assert q16[1] >= q8[1] - 1e-3          # correlation with the float probabilities
+
+
+def test_16x8_arguments_are_checked():
+    with pytest.raises(ValueError, match="activations must be one of"):
+        tm.build("ds_cnn", activations="int4")
+    with pytest.raises(ValueError, match="float_model=True"):
+        tm.build("ds_cnn", float_model=True, activations="int16")
 
 
 # -------------------------------------------------------------------------------------------- float32

@@ -39,7 +39,11 @@ CALIB_N = 64
 BN_EPS = 1e-3
 _VERSIONS_INT8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4, "AVERAGE_POOL_2D": 2,
                   "SOFTMAX": 2, "ADD": 2, "RESHAPE": 1}
+# 16x8: the int16 rows of TensorFlow's op_version table (ADD 3 = int16 with pot_scale_int16 false)
+_VERSIONS_INT16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "AVERAGE_POOL_2D": 3,
+                   "SOFTMAX": 3, "ADD": 3, "RESHAPE": 1}
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+ACTIVATIONS = ("int8", "int16")
 
 
 # ----------------------------------------------------------------------------------------- float graph
@@ -311,18 +315,37 @@ def _act_qparams(lo, hi, act=None):
     return scale, zp
 
 
-def _calibrate(net, calib):
-    """name -> (scale, zero point) of every activation tensor."""
+def _act_qparams16(lo, hi, act=None):
+    """Per-tensor symmetric int16 (scale, zero point 0) of a calibrated float range, as the converter's 16x8
+    mode: scale = max(|min|, |max|) / 32767."""
+    lo, hi = float(lo), float(hi)
+    if act == "RELU6":
+        hi = min(hi, 6.0)
+    m = max(abs(lo), abs(hi))
+    if m < 1e-6:                    # a tensor that is 0 on every calibration input
+        m = 1e-6
+    return np.float32(m / 32767.0), 0
+
+
+def _ranges(net, calib):
+    """name -> (min, max) of every tensor of the float network on the calibration set."""
     vals = _forward(net, calib)
-    q = {net.input: _act_qparams(vals[net.input].min(), vals[net.input].max())}
+    return {k: (float(v.min()), float(v.max())) for k, v in vals.items()}
+
+
+def _calibrate(net, ranges, activations="int8"):
+    """name -> (scale, zero point) of every activation tensor, int8 (asymmetric) or int16 (symmetric)."""
+    qparams = _act_qparams if activations == "int8" else _act_qparams16
+    softmax = (np.float32(1.0 / 256.0), -128) if activations == "int8" else (np.float32(1.0 / 32768.0), 0)
+    q = {net.input: qparams(*ranges[net.input])}
     for L in net.layers:
         out = L["out"]
         if L["op"] in ("AVERAGE_POOL_2D", "RESHAPE"):
             q[out] = q[L["inputs"][0]]
         elif L["op"] == "SOFTMAX":
-            q[out] = (np.float32(1.0 / 256.0), -128)
+            q[out] = softmax
         else:
-            q[out] = _act_qparams(vals[out].min(), vals[out].max(), L.get("act"))
+            q[out] = qparams(*ranges[out], L.get("act"))
     return q
 
 
@@ -335,9 +358,14 @@ def _draw(name, n, rng):
     return rng.standard_normal((int(n),) + MODELS[name]["input_shape"][1:]).astype(np.float32)
 
 
+def _check_activations(activations):
+    if activations not in ACTIVATIONS:
+        raise ValueError("activations must be one of %s, not %r" % (", ".join(ACTIVATIONS), activations))
+
+
 @lru_cache(maxsize=16)
-def _model(name, seed):
-    """(float network, activation quantization) for a model name and seed."""
+def _network(name, seed):
+    """(float network, calibrated (min, max) of every tensor) for a model name and seed."""
     if name not in MODELS:
         raise KeyError("unknown model %r (known: %s)" % (name, ", ".join(MODELS)))
     spec = MODELS[name]
@@ -350,7 +378,15 @@ def _model(name, seed):
     calib = _draw(name, CALIB_N, _rng(seed, 1))
     if spec["classifier"]:
         _normalize_classifier(net, calib)
-    return net, _calibrate(net, calib)
+    return net, _ranges(net, calib)
+
+
+@lru_cache(maxsize=32)
+def _model(name, seed, activations="int8"):
+    """(float network, activation quantization) for a model name, seed and activation type."""
+    _check_activations(activations)
+    net, ranges = _network(name, seed)
+    return net, _calibrate(net, ranges, activations)
 
 
 # ----------------------------------------------------------------------------------- weight quantizing
@@ -374,10 +410,12 @@ def _quantize_weights(w, scales, axis):
     return np.clip(np.round(w / scales.reshape(shape)), -127, 127).astype(np.int8)
 
 
-def _quantize_bias(b, in_scale, w_scales):
-    """(int32 bias, float32 scales): scale[c] = float32(input scale * weight scale[c])."""
+def _quantize_bias(b, in_scale, w_scales, bits=32):
+    """(int32 or int64 bias, float32 scales): scale[c] = float32(input scale * weight scale[c])."""
     s = (np.float32(in_scale) * w_scales).astype(np.float32)
     q = np.round(b.astype(np.float64) / s.astype(np.float64))
+    if bits == 64:                  # |q| far below 2**63 for any float32 bias / scale ratio we make
+        return q.astype(np.int64), s
     return np.clip(q, -2 ** 31, 2 ** 31 - 1).astype(np.int32), s
 
 
@@ -386,11 +424,12 @@ def _quantize_bias(b, in_scale, w_scales):
 class _Writer:
     """Turns a calibrated _Net into model_editor tensors and operators."""
 
-    def __init__(self, net, q, float_model, per_channel_fc):
+    def __init__(self, net, q, float_model, per_channel_fc, activations="int8"):
         from tflite_micro.tensorflow.lite.micro.compression import model_editor as me
         from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as tfl
         self.me, self.tfl = me, tfl
         self.net, self.q, self.float, self.per_channel_fc = net, q, float_model, per_channel_fc
+        self.int16 = activations == "int16"
         self.tensors, self.ops, self.codes = {}, [], {}
 
     def act(self, name):
@@ -400,7 +439,8 @@ class _Writer:
                 t = self.me.Tensor(shape=shape, dtype=self.tfl.TensorType.FLOAT32, name=name)
             else:
                 s, zp = self.q[name]
-                t = self.me.Tensor(shape=shape, dtype=self.tfl.TensorType.INT8, name=name,
+                dtype = self.tfl.TensorType.INT16 if self.int16 else self.tfl.TensorType.INT8
+                t = self.me.Tensor(shape=shape, dtype=dtype, name=name,
                                    quantization=self.me.Quantization(scales=[float(s)], zero_points=[int(zp)]))
             self.tensors[name] = t
         return self.tensors[name]
@@ -421,9 +461,9 @@ class _Writer:
                     self.const(b.astype(np.float32), name + "/bias", T.FLOAT32))
         scales, axis = _weight_scales(w, L["op"], self.per_channel_fc)
         wq = _quantize_weights(w, scales, axis)
-        bq, bs = _quantize_bias(b, self.q[L["inputs"][0]][0], scales)
+        bq, bs = _quantize_bias(b, self.q[L["inputs"][0]][0], scales, 64 if self.int16 else 32)
         return (self.const(wq, name + "/weights", T.INT8, scales, axis),
-                self.const(bq, name + "/bias", T.INT32, bs, 0))
+                self.const(bq, name + "/bias", T.INT64 if self.int16 else T.INT32, bs, 0))
 
     def op(self, kind, inputs, output, opt_name=None, opts=None):
         code = getattr(self.tfl.BuiltinOperator, kind)
@@ -432,7 +472,7 @@ class _Writer:
             o._fb.builtinOptionsType = getattr(self.tfl.BuiltinOptions, opt_name)
             o._fb.builtinOptions = opts
         self.ops.append(o)
-        version = 1 if self.float else _VERSIONS_INT8[kind]
+        version = 1 if self.float else (_VERSIONS_INT16 if self.int16 else _VERSIONS_INT8)[kind]
         if self.float and kind == "DEPTHWISE_CONV_2D" and opts.dilationHFactor * opts.dilationWFactor != 1:
             version = 2
         self.codes.setdefault(code, version)
@@ -450,8 +490,10 @@ class _Writer:
             w, b = self.weights(L)
             self.op(op, [x, w, b], y, *self._weighted_options(L))
         elif op == "ADD":
-            self.op(op, [x, self.act(L["inputs"][1])], y, "AddOptions",
-                    tfl.AddOptionsT(fusedActivationFunction=self.activation(L["act"])))
+            opts = tfl.AddOptionsT(fusedActivationFunction=self.activation(L["act"]))
+            if self.int16:
+                opts.potScaleInt16 = False      # general rescaling, as the converter's 16x8 mode writes it
+            self.op(op, [x, self.act(L["inputs"][1])], y, "AddOptions", opts)
         elif op == "AVERAGE_POOL_2D":
             opts = tfl.Pool2DOptionsT(padding=self.padding(L["pad"]), strideH=L["stride"][0], strideW=L["stride"][1],
                                       filterHeight=L["filter"][0], filterWidth=L["filter"][1],
@@ -489,17 +531,21 @@ class _Writer:
 
 # ---------------------------------------------------------------------------------------------- public
 
-def build(name, seed=0, per_channel_fc=False, float_model=False) -> bytes:
-    """The .tflite bytes of model `name` (int8 full-integer, or float32 with float_model=True)."""
-    net, q = _model(name, int(seed))
-    kind = "float32" if float_model else "int8"
-    return _Writer(net, q, float_model, per_channel_fc).build(
+def build(name, seed=0, per_channel_fc=False, float_model=False, activations="int8") -> bytes:
+    """The .tflite bytes of model `name`: int8 full-integer, 16x8 (int16 activations, int8 weights, int64
+    biases) with activations="int16", or float32 with float_model=True."""
+    _check_activations(activations)
+    if float_model and activations != "int8":
+        raise ValueError("float_model=True has no quantized activations; leave activations at 'int8'")
+    net, q = _model(name, int(seed), activations)
+    kind = "float32" if float_model else ("int8" if activations == "int8" else "16x8")
+    return _Writer(net, q, float_model, per_channel_fc, activations).build(
         "grpo-edge tiny_models %s seed %d (%s, random weights)" % (name, int(seed), kind))
 
 
 def model_info(name, seed=0):
     """{"input_shape", "output_shape", "ops", "params"} of a model (params: weight + bias elements)."""
-    net, _ = _model(name, int(seed))
+    net, _ = _network(name, int(seed))
     params = sum(L[k].size for L in net.layers for k in ("w", "b") if k in L)
     return {"input_shape": net.shapes[net.input], "output_shape": net.shapes[net.output],
             "ops": [L["op"] for L in net.layers], "params": int(params)}
@@ -513,47 +559,54 @@ def write_model(name, path, seed=0, **kw) -> dict:
     return dict(name=name, path=os.fspath(path), bytes=len(buf), **model_info(name, seed))
 
 
-def input_quantization(name, seed=0):
-    """(scale, zero point) of the int8 model's input tensor."""
-    s, zp = _model(name, int(seed))[1]["input"]
+def input_quantization(name, seed=0, activations="int8"):
+    """(scale, zero point) of the quantized model's input tensor (int8, or int16 with activations="int16")."""
+    s, zp = _model(name, int(seed), activations)[1]["input"]
     return float(s), int(zp)
 
 
-def sample_inputs(name, n, seed=0, model_seed=None) -> np.ndarray:
+def sample_inputs(name, n, seed=0, model_seed=None, activations="int8") -> np.ndarray:
     """n inputs drawn from the calibration distribution (standard normal; a stream other than the
     calibration set's), quantized with the input scale / zero point of the model built with
-    `model_seed` (default: seed): int8 codes of shape (n, *input_shape[1:])."""
+    `model_seed` (default: seed): int8 codes of shape (n, *input_shape[1:]), or int16 codes (np.int16) of
+    the 16x8 model with activations="int16"."""
     model_seed = seed if model_seed is None else model_seed
-    scale, zp = input_quantization(name, model_seed)
+    scale, zp = input_quantization(name, model_seed, activations)
     x = _draw(name, n, _rng(seed, 2))
-    return np.clip(np.round(x / scale) + zp, -128, 127).astype(np.int8)
+    info = np.iinfo(np.int8 if activations == "int8" else np.int16)
+    return np.clip(np.round(x / scale) + zp, info.min, info.max).astype(info.dtype)
 
 
 def float_forward(name, x, seed=0) -> np.ndarray:
     """The float32 network's output (softmax probabilities for the classifiers) on float inputs x of
     shape (N, *input_shape[1:]): the reference the int8 model approximates."""
-    net, _ = _model(name, int(seed))
+    net, _ = _network(name, int(seed))
     return _forward(net, x)[net.output]
 
 
-def dequantize_inputs(name, codes, seed=0) -> np.ndarray:
-    """Float values of int8 input codes (as sample_inputs returns) for float_forward."""
-    scale, zp = input_quantization(name, seed)
+def dequantize_inputs(name, codes, seed=0, activations="int8") -> np.ndarray:
+    """Float values of int8 (or, with activations="int16", int16) input codes, as sample_inputs returns
+    them, for float_forward."""
+    scale, zp = input_quantization(name, seed, activations)
     return ((np.asarray(codes, np.float32) - zp) * np.float32(scale)).astype(np.float32)
 
 
 def main(argv=None):
-    """python -m grpo_edge.bench.tiny_models NAME OUT.tflite [--seed N] [--per-channel-fc] [--float]: write one
-    of the MLPerf Tiny architectures (MODELS) as an int8 .tflite, e.g. for `grpo-edge deploy --tflite`."""
+    """python -m grpo_edge.bench.tiny_models NAME OUT.tflite [--seed N] [--per-channel-fc] [--float | --int16]:
+    write one of the MLPerf Tiny architectures (MODELS) as an int8 (or 16x8) .tflite, e.g. for
+    `grpo-edge deploy --tflite`."""
     import argparse
     ap = argparse.ArgumentParser(prog="python -m grpo_edge.bench.tiny_models", description=main.__doc__)
     ap.add_argument("name", choices=list(MODELS))
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-channel-fc", action="store_true")
-    ap.add_argument("--float", dest="float_model", action="store_true", help="float32 instead of int8")
+    kind = ap.add_mutually_exclusive_group()
+    kind.add_argument("--float", dest="float_model", action="store_true", help="float32 instead of int8")
+    kind.add_argument("--int16", action="store_true", help="16x8: int16 activations, int8 weights, int64 biases")
     a = ap.parse_args(argv)
-    info = write_model(a.name, a.out, seed=a.seed, per_channel_fc=a.per_channel_fc, float_model=a.float_model)
+    info = write_model(a.name, a.out, seed=a.seed, per_channel_fc=a.per_channel_fc, float_model=a.float_model,
+                       activations="int16" if a.int16 else "int8")
     print("wrote %s: %s, %d bytes, %d parameters, input %s, output %s" % (
         info["path"], a.name, info["bytes"], info["params"], list(info["input_shape"]), list(info["output_shape"])))
     return 0

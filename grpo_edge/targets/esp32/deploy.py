@@ -117,6 +117,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
         from .parse_tflite import tflite2ir
         esp_nn = pname == "esp32s3" and opts["esp_nn"]  # the S3: NHWC, ESP-NN's kernels in the firmware
         graph = tflite2ir(src, layout="nhwc" if esp_nn else "nchw")   # bad file -> ExportError, nothing written
+        esp_nn = esp_nn and graph.layout == "nhwc"  # a 16x8 model: no ESP-NN kernels (graph.layout_fallback)
         if esp_nn:
             from .esp_nn_adapters import prepare
             prepare(graph)
@@ -161,7 +162,8 @@ def deploy(source, profile, out_dir, options=None) -> Report:
                                 "build": "cd %s && idf.py set-target %s && idf.py build flash monitor"
                                          % (fw["dir"], pname if pname.startswith("esp32") else "esp32"),
                                 "flash": "grpo-edge flash %s --port PORT" % out}
-    rep.gate = (tflm_gate(rep, 0 if opts["tflite_inputs"] is None else len(opts["tflite_inputs"])) if tflite_src
+    rep.gate = (tflm_gate(rep, 0 if opts["tflite_inputs"] is None else len(opts["tflite_inputs"]),
+                          graph.activation_dtype) if tflite_src
                 else quality_gate(rep, opts["gate"] or {}, graph.activation_dtype))
     from .readme import write_readme
     write_readme(out, graph, prefix, pname if pname.startswith("esp32") else "esp32", rep)
@@ -252,8 +254,9 @@ def user_inputs(path, tin) -> np.ndarray:
     return R.quantize(x, tin.scale, tin.zero_point, tin.dtype).astype(tin.np_dtype)
 
 
-def tflm_gate(rep, user) -> dict:
-    """A .tflite's gate: the generated C's outputs equal TFLM's on the same file, on every input checked."""
+def tflm_gate(rep, user, form="int8") -> dict:
+    """A .tflite's gate: the generated C's outputs equal TFLM's on the same file, on every input checked (form:
+    the model's activations, int8 or int16)."""
     from grpo_edge.targets import gate
     tb = rep.sections.get("tflm_baseline") or {}
     o = tb.get("outputs")
@@ -261,19 +264,24 @@ def tflm_gate(rep, user) -> dict:
         "the %d of --calibration, then " % user if user else "")
     if not o:
         return gate.decide("outputs equal to TFLM's", None, 1.0, 0, "inputs: TFLM did not run (%s)"
-                           % tb.get("skipped", "pip install tflite-micro"), [], "int8")
-    return gate.decide("outputs equal to TFLM's", o["frac_equal"], 1.0, o["n_inputs"], on, [], "int8")
+                           % tb.get("skipped", "pip install tflite-micro"), [], form)
+    return gate.decide("outputs equal to TFLM's", o["frac_equal"], 1.0, o["n_inputs"], on, [], form)
 
 
 def _describe_model(graph, gen, fit, quantization, rep) -> None:
     """The model's arithmetic, how its quantization was chosen, its sizes and MACs (exact figures)."""
-    if graph.activation_dtype == "int16":
+    if graph.activation_dtype == "int16" and any(op.attrs.get("requant64") for op in graph.ops):
+        rep.notes.append("Arithmetic: TFLite 16x8 rules (int16 activations, int8 weights; the .tflite's int64 biases "
+                         "select TFLM's int64 requantization, over int32 sums proved not to overflow).")
+    elif graph.activation_dtype == "int16":
         rep.notes.append("Arithmetic: TFLite 16x8 rules (int16 activations, int8 weights, int32 bias and accumulator, "
                          "double rounding; TFLM's int16 tanh).")
     else:
         rep.notes.append("Arithmetic: TFLite int8 rules, double rounding (TFLM default); elementwise functions (tanh, "
                          "sigmoid, GELU, HardSwish, ...) as 256-entry tables.")
     rep.add("activations", graph.activation_dtype, "", "exact", "activation type of the generated code (weights int8)")
+    if getattr(graph, "layout_fallback", None):
+        rep.notes.append("ESP-NN not used: %s." % graph.layout_fallback)
     if quantization:
         q = quantization
         rep.sections["quantization"] = {k: v for k, v in q.items() if k != "chosen_path"}

@@ -16,7 +16,9 @@ ESP-NN's S3 speed-ups over its ANSI C (espressif/esp-nn README): 1x1 conv about 
 end of its 3.3-10x), depthwise 4.6-6.2x (5.4), fully connected 2.8x; add, pools and softmax are taken as 1x
 (no figure published; ESP-NN's ANSI factor only); ops without an ESP-NN kernel in esp-tflite-micro (tables,
 reshapes, pads, transposes, and dilated convs: ESP-NN has no dilation) run TFLM's reference kernels, 1x.
-ESP-NN's ANSI C is about 2x TFLM's reference kernels (esp-nn issue 1, plain ESP32).
+ESP-NN's ANSI C is about 2x TFLM's reference kernels (esp-nn issue 1, plain ESP32). The 16x8 kinds (conv16, fc16,
+...) fall in the last group: ESP-NN's kernels are int8 (s8), so TFLM is taken to run its int16 reference kernels
+(assumed from ESP-NN's function list, not read in esp-tflite-micro's source here).
 Check against the one end-to-end figure published: esp-tflite-micro's person detection (MobileNetV1 0.25,
 96x96) runs 2300 ms with TFLM's reference kernels and 54 ms with ESP-NN on an S3, 42.6x; the model's factor
 for the MobileNet row of docs/results.md is printed beside it (`anchor_check`), so the reader sees how far off

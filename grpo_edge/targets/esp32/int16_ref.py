@@ -124,10 +124,22 @@ def tanh_int16(x, p):
 
 def fully_connected16(x, p):
     """x (B, IN) int16, weights (OUT, IN) int8, bias (OUT,) int32 -> (B, OUT) int16: acc in int32,
-    double-rounding requantization per output channel, clamp."""
+    double-rounding requantization per output channel (or, with attrs requant64, a .tflite's int64 bias:
+    TFLite's int64 MultiplyByQuantizedMultiplier), clamp."""
     acc = R.check_int32(R.i64(x) @ R.i64(p["weights"]).T + R.i64(p["bias"]), "accumulator")
-    out = R.mbqm(acc, R.i64(p["multiplier"]).reshape(1, -1), R.i64(p["shift"]).reshape(1, -1))
+    out = requantize16(acc, p, (1, -1))
     return R.clamp16(out, p["activation_min"], p["activation_max"])
+
+
+def requantize16(acc, p, shape):
+    """The 16x8 accumulator's per-channel requantization (multiplier / shift reshaped to `shape`): TFLite's int32
+    rule, or with p["requant64"] its int64 one (the multiplier rounded to 16 bits, one rounding shift)."""
+    m, s = (R.i64(p[k]).reshape(shape) for k in ("multiplier", "shift"))
+    if not p.get("requant64"):
+        return R.mbqm(acc, m, s)
+    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - s
+    return (R.i64(acc) * reduced + (np.int64(1) << (total - 1))) >> total
 
 
 def to_16x8(g) -> None:

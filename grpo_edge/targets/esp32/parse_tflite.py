@@ -86,11 +86,25 @@ def tflite2ir(path, layout="nchw") -> Graph:
     if layout not in ("nchw", "nhwc"):
         raise ValueError("layout must be nchw or nhwc, got %r" % layout)
     model, raw = load_tflite(path)
+    fallback = None
+    if layout == "nhwc" and _holds_int16(model):     # ESP-NN has no 16x8 kernels: the NCHW ones take the model
+        layout, fallback = "nchw", "a 16x8 model (int16 activations): ESP-NN has no 16x8 kernels, so the plain C " \
+                                   "kernels (NCHW) compute it"
     reader = _Reader(model, raw, Path(str(path)).name, layout)
     g = reader.run()
+    g.layout_fallback = fallback
     g.model_hash = file_hash(path)
     g.source = str(path)
     return g
+
+
+def _holds_int16(model) -> bool:
+    """Whether the model's (first) subgraph has an int16 tensor that is not a constant."""
+    sg = (model.subgraphs or [None])[0]
+    tfl = _schema()
+    return sg is not None and any(t.type == tfl.TensorType.INT16 and not (t.buffer and t.buffer < len(model.buffers or [])
+                                                                          and model.buffers[t.buffer].data is not None)
+                                  for t in (sg.tensors or []))
 
 
 def _fmt_shape(s):
@@ -376,7 +390,8 @@ class _Reader:
         g.layout = self.layout
         g.float_edges = tuple(e is not None for e in self.float_edges)   # (float input, float output) in the .tflite
         if any(t.dtype == "int16" for t in g.tensors.values()):
-            raise ExportError("%s has int16 activations (16x8): not compiled from TFLite yet" % self.fname)
+            from .tflite16 import lower_16x8
+            lower_16x8(g, self.fname)
         return g
 
     # -- shared pieces of the op rules
@@ -393,8 +408,8 @@ class _Reader:
         if kind is None:
             raise ExportError("fused activation %d is not supported (NONE, RELU, RELU_N1_TO_1, RELU6)" % code)
         if kind == "relu_n1_to_1":
-            return R.activation_range("clip", out.scale, out.zero_point, -1.0, 1.0)
-        return R.activation_range(kind, out.scale, out.zero_point)
+            return R.activation_range("clip", out.scale, out.zero_point, -1.0, 1.0, out.qmin, out.qmax)
+        return R.activation_range(kind, out.scale, out.zero_point, qmin=out.qmin, qmax=out.qmax)
 
     def weights(self, i, what, channels, axis):
         """int8 weights (zero point 0) and their scales, one per output channel (a per-tensor scale repeated);
@@ -412,16 +427,23 @@ class _Reader:
                               % (self.tlabel(i), what, scale.size, qdim, channels, axis))
         return w, (scale if scale.size > 1 else np.repeat(scale, channels)), scale.size > 1
 
-    def bias(self, ins, k, n, what):
+    def bias(self, ins, k, n, what, x):
+        """The bias and whether it is int64: int8 models take an int32 bias, 16x8 ones (int16 input x) an int64 bias
+        (TFLM's int64 requantization, tflite16.py)."""
         if len(ins) <= k or ins[k] == -1:
-            return np.zeros(n, np.int32)
+            return np.zeros(n, np.int32), False
         i = ins[k]
-        if self.dtype(i) != "INT32":
-            raise ExportError("%s (%s) has type %s: an int32 bias expected" % (self.tlabel(i), what, self.dtype(i)))
+        want = "INT64" if x.dtype == "int16" else "INT32"
+        if self.dtype(i) != want:
+            raise ExportError("%s (%s) has type %s: an %s bias expected%s" % (
+                self.tlabel(i), what, self.dtype(i), want.lower(),
+                " in a 16x8 model (TensorFlow's converter writes int64; TFLM's int16 kernels gave other numbers "
+                "than TFLite's int32-bias rule on such files here)" if want == "INT64" else ""))
         b = self.const(i, what).reshape(-1)
         if b.size != n:
             raise ExportError("%s (%s) has %d values for %d output channels" % (self.tlabel(i), what, b.size, n))
-        return b.astype(np.int32)
+        wide = self.dtype(i) == "INT64"
+        return b.astype(np.int64 if wide else np.int32), wide
 
     def per_channel_multipliers(self, s_in, s_w, s_out):
         """PopulateConvolutionQuantizationParams / per-channel FC: double(s_in) * double(s_w[c]) / double(s_out)."""
@@ -476,7 +498,7 @@ def fully_connected(r, label, op, ins, o):
         r.add("reshape", label + "/rows", [x], v, {})
         x = v
     w, s_w, per_channel = r.weights(ins[1], "weights", n_out, 0)
-    bias = r.bias(ins, 2, n_out, "bias")
+    bias, bias64 = r.bias(ins, 2, n_out, "bias", x)
     ir_shape = (1, n_out) if rows == 1 else (1, rows, n_out)
     want = r.shape(o)
     if opt.keepNumDims or (want and len(want) != len(ir_shape) and int(np.prod(want)) == int(np.prod(ir_shape))):
@@ -491,7 +513,8 @@ def fully_connected(r, label, op, ins, o):
     if len(out.shape) == 4:
         raise ExportError("a 4-D output is not supported")
     lo, hi = r.activation_range(opt.fusedActivationFunction, out)
-    r.add("fc", label, [x], out, {"weights": w.astype(np.int8), "bias": bias, "input_offset": -x.zero_point,
+    r.add("fc", label, [x], out, {"weights": w.astype(np.int8), "bias": bias, "bias64": bias64,
+                                  "input_offset": -x.zero_point,
                                   "weight_scales": s_w.astype(np.float32), "multiplier": mult, "shift": shift,
                                   "output_offset": out.zero_point, "activation_min": lo, "activation_max": hi})
 
@@ -504,7 +527,7 @@ def _conv(r, label, op, ins, o, depthwise):
         raise ExportError("input %s has rank %d: NHWC (4-D) expected" % (r.tlabel(ins[0]), len(x.shape)))
     C, H, W = r.chw(x)
     nhwc_input = None                 # a conv of the model input reads its NHWC bytes (no transpose, no copy)
-    if r.layout == "nchw" and not depthwise and x.name == r.input_nchw:
+    if r.layout == "nchw" and not depthwise and x.name == r.input_nchw and x.dtype == "int8":
         nhwc_input = r.tensors[r.input]
     ws = r.shape(ins[1])
     if len(ws) != 4:
@@ -529,14 +552,15 @@ def _conv(r, label, op, ins, o, depthwise):
     strides = (r.positive(opt.strideH, "strideH"), r.positive(opt.strideW, "strideW"))
     dil = (r.positive(opt.dilationHFactor or 1, "dilationHFactor"), r.positive(opt.dilationWFactor or 1, "dilationWFactor"))
     pads, (oh, ow) = r.padding(opt.padding, (H, W), (KH, KW), strides, dil, label)
-    bias = r.bias(ins, 2, OC, "bias")
+    bias, bias64 = r.bias(ins, 2, OC, "bias", x)
     out = r.out_tensor(o, r.img(OC, oh, ow))
     m, s = r.per_channel_multipliers(x.scale, s_w, out.scale)
     lo, hi = r.activation_range(opt.fusedActivationFunction, out)
     if nhwc_input is not None and group != 1:
         nhwc_input = None
     r.add("conv", label, [x if nhwc_input is None else nhwc_input], out, {
-        "weights": np.ascontiguousarray(w, np.int8), "bias": bias, "input_nhwc": nhwc_input is not None,
+        "weights": np.ascontiguousarray(w, np.int8), "bias": bias, "bias64": bias64,
+                                    "input_nhwc": nhwc_input is not None,
                                     "input_offset": -x.zero_point, "strides": strides, "dilations": dil, "pads": pads,
                                     "group": group, "weight_scales": s_w.astype(np.float32), "multiplier": m,
                                     "shift": s, "output_offset": out.zero_point, "activation_min": lo,
@@ -620,8 +644,8 @@ def _add_or_sub(r, label, op, ins, o, sub):
     if r.is_const(ins[0]) and not sub:
         ins = [ins[1], ins[0]]
     a = r.act(ins[0], "input 0")
-    if a.dtype != "int8":
-        raise ExportError("int16 %s is not supported from TFLite yet" % ("SUB" if sub else "ADD"))
+    if a.dtype != "int8" and (sub or r.is_const(ins[1])):
+        raise ExportError("int16 %s is not supported from TFLite yet" % ("SUB" if sub else "ADD of a constant"))
     if r.is_const(ins[1]):
         b, arr = _constant_operand(r, ins[1], a, "input 1")
         consts[b.name] = arr
@@ -833,14 +857,18 @@ def softmax(r, label, op, ins, o):
     x = r.act(ins[0], "input")
     if len(x.shape) == 4:
         raise ExportError("softmax of a 4-D tensor (over its channels) is not supported yet")
-    if x.dtype != "int8":
-        raise ExportError("int16 SOFTMAX is not supported from TFLite yet")
     out = r.out_tensor(o, x.shape)
+    beta = float(np.float32(opt.beta if opt.beta is not None else 1.0))
+    scaled = TensorInfo(x.name, x.shape, beta * float(np.float32(x.scale)), x.zero_point)   # double(beta) * s_in
+    if x.dtype == "int16":                              # SoftmaxInt16 (tflite16.py lowers it)
+        if not (np.float32(out.scale) == np.float32(1.0 / 32768) and out.zero_point == 0):
+            raise ExportError("output scale %g / zero point %d: TFLite's int16 softmax writes 1/32768 and 0"
+                              % (out.scale, out.zero_point))
+        r.add("softmax", label, [x], out, {"beta_scale": scaled.scale})
+        return
     if not (np.float32(out.scale) == np.float32(1.0 / 256) and out.zero_point == -128):
         raise ExportError("output scale %g / zero point %d: TFLite's int8 softmax writes 1/256 and -128"
                           % (out.scale, out.zero_point))
-    beta = float(np.float32(opt.beta if opt.beta is not None else 1.0))
-    scaled = TensorInfo(x.name, x.shape, beta * float(np.float32(x.scale)), x.zero_point)   # double(beta) * s_in
     attrs = softmax_params(scaled, out, label)
     r.add("softmax", label, [x], out, attrs)
 
@@ -900,8 +928,13 @@ def _table_rule(name):
     def rule(r, label, op, ins, o):
         from .tflite_luts import tflite_table
         x = r.act(ins[0], "input")
+        if x.dtype == "int16" and r.dtype(o) == "INT16" and name in ("TANH", "LOGISTIC"):
+            out = r.out_tensor(o, x.shape)          # TFLM's int16 kernels (tflite16.py lowers it)
+            r.add("lut", label, [x], out, {"function": name.lower()})
+            return
         if x.dtype != "int8" or r.dtype(o) != "INT8":
-            raise ExportError("%s from %s to %s: int8 to int8 only" % (name, x.dtype, r.dtype(o).lower()))
+            raise ExportError("%s from %s to %s: int8 to int8 only (int16: TANH and LOGISTIC)"
+                              % (name, x.dtype, r.dtype(o).lower()))
         out = r.out_tensor(o, x.shape)
         if name == "LOGISTIC" and out.zero_point != -128:
             raise ExportError("output zero point %d: TFLite's int8 LOGISTIC writes -128" % out.zero_point)

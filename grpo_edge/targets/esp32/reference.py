@@ -35,19 +35,20 @@ def dequantize(q, scale, zero_point):
     return (np.asarray(q, dtype=np.float32) - np.float32(zero_point)) * np.float32(scale)
 
 
-def activation_range(kind, scale, zero_point, lo=None, hi=None):
-    """CalculateActivationRangeQuantized: the int8 clamp of a fused none / relu / relu6 / clip."""
+def activation_range(kind, scale, zero_point, lo=None, hi=None, qmin=-128, qmax=127):
+    """CalculateActivationRangeQuantized: the clamp of a fused none / relu / relu6 / clip on the output's grid
+    (int8 by default; qmin / qmax -32768 / 32767 for an int16 output)."""
     def q(f):
         return zero_point + round_half_away(float(np.float32(f) / np.float32(scale)))
     if kind == "none":
-        return -128, 127
+        return qmin, qmax
     if kind == "relu":
-        return max(-128, q(0.0)), 127
+        return max(qmin, q(0.0)), qmax
     if kind == "relu6":
-        return max(-128, q(0.0)), min(127, q(6.0))
+        return max(qmin, q(0.0)), min(qmax, q(6.0))
     if kind == "clip":
-        amin = -128 if lo is None else max(-128, q(lo))
-        amax = 127 if hi is None else min(127, q(hi))
+        amin = qmin if lo is None else max(qmin, q(lo))
+        amax = qmax if hi is None else min(qmax, q(hi))
         return amin, amax
     raise ValueError("unknown activation %r" % kind)
 

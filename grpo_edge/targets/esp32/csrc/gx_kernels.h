@@ -34,6 +34,13 @@ GX_INLINE int32_t gx_requant(int32_t acc, const gx_requant_t *q, int c)
     return gx_clamp(gx_mbqm(acc, q->mult[c], q->shift[c]) + q->out_offset, q->act_min, q->act_max);
 }
 
+/* The same with TFLite's int64 MultiplyByQuantizedMultiplier (a 16x8 .tflite's int64 bias selects it in TFLM;
+ * the int32 accumulator equals TFLM's int64 one: the generator proved it cannot overflow). */
+GX_INLINE int32_t gx_requant64(int32_t acc, const gx_requant_t *q, int c)
+{
+    return gx_clamp(gx_mbqm64(acc, q->mult[c], q->shift[c]) + q->out_offset, q->act_min, q->act_max);
+}
+
 /* ------------------------------------------------------------------ fully connected */
 
 typedef struct {
@@ -56,28 +63,29 @@ typedef struct {
         a3 += (int32_t)w3[j] * x_;                                               \
     } while (0)
 
-#define GX_FC_BODY(OUT_T, OFF)                                                                              \
+#define GX_FC_BODY(OUT_T, OFF) GX_FC_BODY_R(OUT_T, OFF, gx_requant)
+#define GX_FC_BODY_R(OUT_T, OFF, REQ)                                                                       \
     do {                                                                                                    \
         const int n = p->n_in;                                                                              \
         const int n4 = p->n_out & ~3;                                                                       \
         int o, k;                                                                                           \
         for (o = 0; o < n4; o += 4) {                                                                       \
-            const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;               \
+            const int8_t *w0 = p->weights + o * n, *w1 = w0 + n, *w2 = w1 + n, *w3 = w2 + n;                \
             int32_t a0 = p->q.bias[o], a1 = p->q.bias[o + 1], a2 = p->q.bias[o + 2], a3 = p->q.bias[o + 3]; \
             for (k = 0; k + 2 <= n; k += 2, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {                           \
                 GX_FC_TAP(0, OFF); GX_FC_TAP(1, OFF);                                                       \
             }                                                                                               \
             for (; k < n; ++k, ++w0, ++w1, ++w2, ++w3) GX_FC_TAP(0, OFF);                                   \
-            out[o] = (OUT_T)gx_requant(a0, &p->q, o);                                                       \
-            out[o + 1] = (OUT_T)gx_requant(a1, &p->q, o + 1);                                               \
-            out[o + 2] = (OUT_T)gx_requant(a2, &p->q, o + 2);                                               \
-            out[o + 3] = (OUT_T)gx_requant(a3, &p->q, o + 3);                                               \
+            out[o] = (OUT_T)REQ(a0, &p->q, o);                                                              \
+            out[o + 1] = (OUT_T)REQ(a1, &p->q, o + 1);                                                      \
+            out[o + 2] = (OUT_T)REQ(a2, &p->q, o + 2);                                                      \
+            out[o + 3] = (OUT_T)REQ(a3, &p->q, o + 3);                                                      \
         }                                                                                                   \
         for (o = n4; o < p->n_out; ++o) {                                                                   \
             const int8_t *w = p->weights + o * n;                                                           \
             int32_t acc = p->q.bias[o];                                                                     \
             for (k = 0; k < n; ++k) acc += (int32_t)w[k] * ((int32_t)in[k] + (OFF));                        \
-            out[o] = (OUT_T)gx_requant(acc, &p->q, o);                                                      \
+            out[o] = (OUT_T)REQ(acc, &p->q, o);                                                             \
         }                                                                                                   \
     } while (0)
 

@@ -23,6 +23,12 @@ GX_INLINE void gx_fc16(const gx_fc16_t *p, const int16_t *restrict in, int16_t *
     GX_FC_BODY(int16_t, 0);
 }
 
+/* The same for a 16x8 .tflite's int64 bias: TFLite's int64 requantization of the (proved) int32 sum. */
+GX_INLINE void gx_fc16_r64(const gx_fc16_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    GX_FC_BODY_R(int16_t, 0, gx_requant64);
+}
+
 /* ------------------------------------------------------------------ tanh, int16 */
 
 typedef struct {
@@ -307,32 +313,43 @@ GX_INLINE void gx_log_softmax16(const gx_log_softmax16_t *p, const int16_t *rest
  * skipped, acc = bias + sum(w x) in an int32 accumulator the generator proved cannot overflow (as gx_fc16;
  * TFLM: an int32 bias selects the int32 accumulator), then the per-channel requantization. Direct loops, no
  * scratch. */
+#define GX_CONV16_BODY(REQ)                                                                                     \
+    do {                                                                                                        \
+        const int cg = p->c / p->groups, ocg = p->oc / p->groups;                                               \
+        int o, oy, ox, c, ky, kx;                                                                               \
+        for (o = 0; o < p->oc; ++o) {                                                                           \
+            const int g = o / ocg;                                                                              \
+            const int8_t *wo = p->weights + (long)o * cg * p->kh * p->kw;                                       \
+            for (oy = 0; oy < p->oh; ++oy)                                                                      \
+                for (ox = 0; ox < p->ow; ++ox) {                                                                \
+                    int32_t acc = p->q.bias[o];                                                                 \
+                    for (c = 0; c < cg; ++c) {                                                                  \
+                        const int16_t *xc = in + (long)(g * cg + c) * p->h * p->w;                              \
+                        const int8_t *wc = wo + c * p->kh * p->kw;                                              \
+                        for (ky = 0; ky < p->kh; ++ky) {                                                        \
+                            const int iy = oy * p->sh - p->pad_t + ky * p->dh;                                  \
+                            if (iy < 0 || iy >= p->h) continue;                                                 \
+                            for (kx = 0; kx < p->kw; ++kx) {                                                    \
+                                const int ix = ox * p->sw - p->pad_l + kx * p->dw;                              \
+                                if (ix < 0 || ix >= p->w) continue;                                             \
+                                acc += (int32_t)wc[ky * p->kw + kx] * xc[iy * p->w + ix];                       \
+                            }                                                                                   \
+                        }                                                                                       \
+                    }                                                                                           \
+                    out[((long)o * p->oh + oy) * p->ow + ox] = (int16_t)REQ(acc, &p->q, o);                     \
+                }                                                                                               \
+        }                                                                                                       \
+    } while (0)
+
 GX_INLINE void gx_conv16(const gx_conv_t *p, const int16_t *restrict in, int16_t *restrict out)
 {
-    const int cg = p->c / p->groups, ocg = p->oc / p->groups;
-    int o, oy, ox, c, ky, kx;
-    for (o = 0; o < p->oc; ++o) {
-        const int g = o / ocg;
-        const int8_t *wo = p->weights + (long)o * cg * p->kh * p->kw;
-        for (oy = 0; oy < p->oh; ++oy)
-            for (ox = 0; ox < p->ow; ++ox) {
-                int32_t acc = p->q.bias[o];
-                for (c = 0; c < cg; ++c) {
-                    const int16_t *xc = in + (long)(g * cg + c) * p->h * p->w;
-                    const int8_t *wc = wo + c * p->kh * p->kw;
-                    for (ky = 0; ky < p->kh; ++ky) {
-                        const int iy = oy * p->sh - p->pad_t + ky * p->dh;
-                        if (iy < 0 || iy >= p->h) continue;
-                        for (kx = 0; kx < p->kw; ++kx) {
-                            const int ix = ox * p->sw - p->pad_l + kx * p->dw;
-                            if (ix < 0 || ix >= p->w) continue;
-                            acc += (int32_t)wc[ky * p->kw + kx] * xc[iy * p->w + ix];
-                        }
-                    }
-                }
-                out[((long)o * p->oh + oy) * p->ow + ox] = (int16_t)gx_requant(acc, &p->q, o);
-            }
-    }
+    GX_CONV16_BODY(gx_requant);
+}
+
+/* The same for a 16x8 .tflite's int64 bias: TFLite's int64 requantization of the (proved) int32 sum. */
+GX_INLINE void gx_conv16_r64(const gx_conv_t *p, const int16_t *restrict in, int16_t *restrict out)
+{
+    GX_CONV16_BODY(gx_requant64);
 }
 
 /* ------------------------------------------------------------------ softmax and matmul, int16 */

@@ -17,9 +17,9 @@ from . import OpSpec
 
 
 def _requantize16(acc, p):
+    from ..int16_ref import requantize16
     acc = R.check_int32(acc, "accumulator")
-    m, s = (i64(p[k]).reshape(1, -1, 1, 1) for k in ("multiplier", "shift"))
-    return R.clamp16(R.mbqm(acc, m, s), p["activation_min"], p["activation_max"])
+    return R.clamp16(requantize16(acc, p, (1, -1, 1, 1)), p["activation_min"], p["activation_max"])
 
 
 def reference16(x, p):
@@ -51,7 +51,8 @@ def emit16(em, i, op, name):
         ("sh", a["strides"][0]), ("sw", a["strides"][1]), ("dh", a["dilations"][0]), ("dw", a["dilations"][1]),
         ("pad_t", a["pads"][0]), ("pad_l", a["pads"][1]), ("groups", a["group"]),
         ("pad_value", 0), ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a))]))
-    return "gx_conv16(&%s, %s, %s)" % (name, em.ptr(op.inputs[0]), em.ptr(op.output))
+    kernel = "gx_conv16_r64" if a.get("requant64") else "gx_conv16"   # a .tflite's int64 bias: TFLM's int64 rule
+    return "%s(&%s, %s, %s)" % (kernel, name, em.ptr(op.inputs[0]), em.ptr(op.output))
 
 
 def tflm16(b, i, op):

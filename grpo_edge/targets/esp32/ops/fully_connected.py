@@ -73,7 +73,8 @@ def emit16(em, i, op, name):
     em.arrays(i, a, a["weights"], a["bias"])
     em.data.append(c_struct("gx_fc16_t", name, [
         ("n_in", IN), ("n_out", OUT), ("weights", "%s_w%d" % (p, i)), ("q", c_requant(p, i, a, False))]))
-    return _rows(em, op, "gx_fc16(&%s, %%s, %%s)" % name, IN, OUT)
+    kernel = "gx_fc16_r64" if a.get("requant64") else "gx_fc16"     # a .tflite's int64 bias: TFLM's int64 rule
+    return _rows(em, op, kernel + "(&%s, %%s, %%s)" % name, IN, OUT)
 
 
 def tflm(b, i, op):
