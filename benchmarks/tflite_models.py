@@ -2,7 +2,9 @@
 `deploy --tflite` to the ESP32-S3 and ESP32-C3, ours against TFLite Micro on the very same file.
 
     .venv/bin/python benchmarks/tflite_models.py [--models ds_cnn,resnet8] [--targets esp32s3,esp32c3]
-                                                 [--json benchmarks/results/tflite_models.json]
+                                                 [--int16] [--json benchmarks/results/tflite_models.json]
+
+--int16: the same architectures written in 16x8 (int16 activations, int64 biases), rows named "<model> 16x8".
 
 Per model and target (the Python API of `grpo-edge deploy --target T --tflite M`): the gate (outputs equal to
 TFLM's on 200 inputs), host C (-O2, -O0 + sanitizers) and rv32 bit-exactness, rv32 instructions; TFLM's smallest
@@ -22,15 +24,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def measure(name, target, work) -> dict:
+def measure(name, target, work, activations="int8") -> dict:
     from grpo_edge.bench import tiny_models as T
     from grpo_edge.bench.tflite_bench import measure as measure_file
-    path = Path(work) / (name + ".tflite")
+    tag = name if activations == "int8" else name + "_16x8"
+    path = Path(work) / (tag + ".tflite")
     if not path.exists():
-        T.write_model(name, path)
-    row = measure_file(path, target, Path(work) / ("%s_%s" % (name, target)),
+        T.write_model(name, path, activations=activations)
+    row = measure_file(path, target, Path(work) / ("%s_%s" % (tag, target)),
                        {"n_callgrind": 5 if name == "mobilenet_v1_025" else 10})
-    row["model"] = name
+    row["model"] = name if activations == "int8" else name + " 16x8"
+    row["activations"] = activations
     return row
 
 
@@ -39,6 +43,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--targets", default="esp32s3,esp32c3")
+    ap.add_argument("--int16", action="store_true", help="the models in 16x8 (int16 activations)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--work", default=None)
     a = ap.parse_args(argv)
@@ -47,7 +52,7 @@ def main(argv=None):
     rows = []
     for name in a.models.split(","):
         for target in a.targets.split(","):
-            r = measure(name, target, work)
+            r = measure(name, target, work, "int16" if a.int16 else "int8")
             rows.append(r)
             print("%-18s %-8s gate %s  ratio %s  arena %s  %.0fs" % (name, target, r["gate_passed"],
                   r.get("instructions_ratio"), r.get("arena_ratio"), r["deploy_s"]), flush=True)

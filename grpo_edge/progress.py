@@ -50,7 +50,10 @@ class TrainProgress:
     def update(self, step, m, last_eval):
         parts = [(k[len("rewards/"):-len("/mean")], v) for k, v in sorted(m.items())
                  if k.startswith("rewards/") and k.endswith("/mean") and v is not None]
-        each = " (%s)" % ", ".join("%s %.3f" % kv for kv in parts[:4]) if len(parts) > 1 else ""
+        if len(parts) == 1 and abs(parts[0][1] - m.get("reward_mean", 0.0)) < 1e-9:
+            each = " (%s)" % parts[0][0]            # one reward function, weight 1: its name
+        else:                                       # several, or one weighted: each one's mean
+            each = " (%s)" % ", ".join("%s %.3f" % kv for kv in parts[:4]) if parts else ""
         stats = "reward %.3f%s | loss %.3g | kl %.3g | %.1f steps/s" % (
             m.get("reward_mean", 0.0), each, m.get("loss", 0.0), m.get("kl", 0.0), m.get("steps_per_s", 0.0))
         if last_eval is not None:

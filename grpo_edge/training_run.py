@@ -281,6 +281,11 @@ class GRPOTrainer(Trainer):
         from grpo_edge.resume import apply_optimizer_settings, config_changes
         self.resume_changes = config_changes(state.get("config") or {}, self.cfg, path)
         self.load_state_dict(state)
+        steps = int(self.config_obj.training.steps)
+        if self.step > steps:               # config.yaml and summary.json would disagree on what the run did
+            raise ConfigError("--resume: %s already did %d steps; training.steps=%d would go backwards (set "
+                              "training.steps above %d to train on, or train into a new --save-dir)"
+                              % (path.parent, self.step, steps, self.step))
         if self.resume_changes:
             apply_optimizer_settings(self)
         # keep only the metrics lines of the steps this checkpoint contains (a line cut by a power

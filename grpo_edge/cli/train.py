@@ -70,6 +70,9 @@ def train(
     try:
         trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
         _echo_start(trainer)
+        if resume and trainer.step >= trainer.config_obj.training.steps:
+            _say_nothing_to_do(trainer, run_dir)
+            return
         summary = trainer.train()
     except GrpoEdgeError:
         if not resume:
@@ -128,6 +131,15 @@ def _echo_start(trainer):
         typer.echo("resume: %s %r -> %r (applied from step %d)" % (key, old, new, trainer.step + 1), err=True)
 
 
+def _say_nothing_to_do(trainer, run_dir):
+    """A resumed run that already did all its steps: said, nothing trained, no file of the run touched."""
+    from grpo_edge.core.distributed import is_main
+    if is_main():
+        steps = trainer.config_obj.training.steps
+        typer.echo("nothing to train: %s already did %d of %d steps (to train on: --resume --set training.steps=N "
+                   "with N above %d); its files are unchanged" % (run_dir, trainer.step, steps, trainer.step))
+
+
 def remove_failed_start(run_dir: Path, existed: bool) -> None:
     """A run that failed before it saved anything leaves nothing behind: its config.yaml (and the folder, when
     this run made it and it is empty). A run that saved a checkpoint or metrics keeps them."""
@@ -163,8 +175,10 @@ def eval_(
     n: int = typer.Option(0, "--n", min=0, help="Episodes / examples (0 = the task's default)."),
     split: str = typer.Option("test", "--split", help="test or train."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    show: int = typer.Option(0, "--show", min=0, help="Also print the first N examples: prompt / answer / "
+                             "reference for text, the return and length of each episode for control."),
 ):
-    """Evaluate a checkpoint on its task (greedy)."""
+    """Evaluate a checkpoint on its task (greedy); --show N prints N examples of what the model does."""
     from grpo_edge.core.checkpoint import check_fits_task, load_policy
     from grpo_edge.tasks import task_from_state
     if n < 0:
@@ -178,11 +192,28 @@ def eval_(
     if getattr(task, "note", None):
         typer.echo("note: %s" % task.note, err=True)
     res = task.evaluate(model, split, n)
+    examples = task.examples(model, split, show) if show else None
+    if show and examples is None:
+        typer.echo("note: task %s shows no examples (a Task of your own may implement examples())" % task.name,
+                   err=True)
     if json_out:
-        typer.echo(json.dumps(res))
-    else:
-        typer.echo("%s on %s (%s): %s" % (state["arch"], getattr(task, "display_name", task.name), split,
-                                          ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
+        typer.echo(json.dumps(res if examples is None else dict(res, examples=examples)))
+        return
+    typer.echo("%s on %s (%s): %s" % (state["arch"], getattr(task, "display_name", task.name), split,
+                                      ", ".join("%s=%.4g" % (k, v) for k, v in res.items())))
+    for row in examples or []:
+        typer.echo("  " + _example_line(row))
+
+
+def _example_line(row) -> str:
+    """One example as `key: value` pairs; text shown with repr() so spaces and newlines are visible."""
+    def show(v):
+        if isinstance(v, float):
+            return "%.4g" % v
+        if isinstance(v, str):
+            return repr(v)
+        return str(v)
+    return " | ".join("%s: %s" % (k, show(v)) for k, v in row.items())
 
 
 def tasks(

@@ -5,7 +5,8 @@
 Format by extension: .jsonl / .json (one JSON object per line), .csv, .tsv / .txt (a header row, then one
 record per row). Every problem is one line of one error naming the file and the line: a file that is not
 UTF-8, an empty file, a line that is not a JSON object, a line over MAX_LINE_BYTES, a CSV row with another
-number of fields than the header.
+number of fields than the header. CSV / TSV columns are typed as `datasets` types them (numbers as numbers,
+true / false as bools, empty cells as None) for the reward functions; the prompt and answer stay as written.
 """
 import csv
 import io
@@ -20,10 +21,12 @@ FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv", ".
 
 
 class Record(object):
-    """One example: its column values and where it came from ('path:line'), for error messages."""
+    """One example: its column values and where it came from ('path:line'), for error messages. A CSV / TSV row
+    also keeps its raw strings (`text`): the prompt and answer are read as written ("007" stays "007"), while
+    `values` holds the columns typed as `datasets` types them (what reward functions receive)."""
 
-    def __init__(self, values, where):
-        self.values, self.where = values, where
+    def __init__(self, values, where, text=None):
+        self.values, self.where, self.text = values, where, text
 
     def __repr__(self):
         return "Record(%r, %s)" % (self.values, self.where)
@@ -90,12 +93,55 @@ def _table(path, lines, delimiter):
         if len(row) != len(header):
             raise ConfigError("%s:%d: %d fields, the header has %d (%s)"
                               % (path, line, len(row), len(header), ", ".join(header)))
-        out.append(Record(dict(zip(header, row)), "%s:%d" % (path, line)))
+        out.append(Record(dict(zip(header, row)), "%s:%d" % (path, line), dict(zip(header, row))))
+    for column in header:
+        convert = _column_type(r.text[column] for r in out)
+        for r in out:
+            r.values[column] = convert(r.text[column])
     return out
 
 
+_BOOLS = {"true": True, "false": False}
+
+
+def _is_int(s):
+    try:
+        int(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_float(s):
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _column_type(cells):
+    """How a CSV / TSV column reaches a reward function, as `datasets` (pandas) types it: a column whose filled
+    cells are all whole numbers -> int, all numbers -> float, all true / false (any case) -> bool, else str;
+    an empty cell -> None in every column."""
+    filled = [c.strip() for c in cells if c.strip()]
+    if filled and all(_is_int(c) for c in filled):
+        kind = int
+    elif filled and all(_is_float(c) for c in filled):
+        kind = float
+    elif filled and all(c.lower() in _BOOLS for c in filled):
+        def kind(c):
+            return _BOOLS[c.lower()]
+    else:
+        return lambda c: c if c.strip() else None
+    return lambda c: kind(c.strip()) if c.strip() else None
+
+
 def column_text(record, column):
-    """record[column] as text: a string, or a number written as one; a one-line error otherwise."""
+    """record[column] as text: a string (a CSV / TSV cell as written), or a number written as one; a one-line
+    error otherwise."""
+    if record.text is not None and column in record.text:
+        return record.text[column]
     v = record.values.get(column)
     if isinstance(v, list) and v and all(isinstance(m, dict) and "content" in m for m in v):
         raise ConfigError("%s: column %r is a list of chat messages (TRL's conversational form); grpo-edge's "

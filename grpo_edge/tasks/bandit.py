@@ -126,5 +126,19 @@ class BanditTask(Task):
         reward = self.reward(pred, torch.as_tensor(y)).float()
         return {"accuracy": float((pred.numpy() == y).mean()), "reward": float(reward.mean()), "n": int(len(y))}
 
+    def examples(self, policy, split="test", k=3):
+        """The first k inputs of `split`: the greedy action (the predicted class), the label, the reward."""
+        x, y = (self.x_test, self.y_test) if split == "test" else (self.x_train, self.y_train)
+        x, y = x[:k], y[:k]
+        device = next(policy.parameters()).device
+        was_training = policy.training
+        policy.eval()
+        with torch.no_grad():
+            pred = policy(torch.as_tensor(x, device=device)).argmax(-1).cpu()
+        policy.train(was_training)
+        reward = self.reward(pred, torch.as_tensor(y)).float()
+        return [{"input": i, "predicted": int(p), "label": int(t), "reward": float(r)}
+                for i, (p, t, r) in enumerate(zip(pred.tolist(), np.asarray(y).tolist(), reward.tolist()))]
+
     def calibration_inputs(self, n, policy=None):
         return self.x_train[:n].copy()

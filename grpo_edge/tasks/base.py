@@ -68,6 +68,11 @@ class Task:
         """Greedy evaluation; the dict holds `metric_name`. n = 0 means the task's default size."""
         raise NotImplementedError
 
+    def examples(self, policy, split: str = "test", k: int = 3):
+        """k greedy examples of what the model does, as [{field: value}] (`grpo-edge eval --show k`); None when
+        the task does not show any (a Task of your own may implement it)."""
+        return None
+
     def calibration_inputs(self, n: int) -> np.ndarray:
         """Representative model inputs (float32, leading dim n) for int8 calibration."""
         raise NotImplementedError

@@ -136,6 +136,26 @@ class ControlTask(Task):
         return {"return": float(returns.mean()), "return_std": float(returns.std()),
                 "episode_length": float(ro.mask.sum(1).mean()), "n": n}
 
+    def examples(self, policy, split="test", k=3):
+        """The first k greedy evaluation episodes (the same held-out start states as evaluate): the seed, the
+        start observation, the return and the length of each."""
+        device = next(policy.parameters()).device
+        was_training = policy.training
+        policy.eval()
+        seeds = [self._eval_seed_base + i for i in range(k)]
+        ro = rollout_lockstep(policy, self._batched_envs(k), seeds, 1, self.max_steps, device=device,
+                              greedy=True, action_bounds=self._bounds())
+        policy.train(was_training)
+        starts = []
+        for seed in seeds:
+            env = self._make()
+            obs, _ = env.reset(seed=seed)
+            env.close()
+            starts.append(np.round(np.asarray(obs, dtype=np.float64).reshape(-1)[:6], 3).tolist())
+        return [{"episode": i + 1, "seed": s, "start": start, "return": float(ret), "length": int(length)}
+                for i, (s, start, ret, length) in enumerate(zip(seeds, starts, ro.rewards.numpy().reshape(-1),
+                                                               ro.mask.sum(1).numpy().reshape(-1)))]
+
     def calibration_inputs(self, n, policy=None, episodes: int = 8):
         """Observations visited by `policy` (or by random actions), float32 (n, obs_dim).
 

@@ -216,6 +216,19 @@ class TextTask(Task):
         result["n"] = len(problems)
         return result
 
+    def examples(self, policy, split: str = "test", k: int = 3):
+        """The first k problems of `split`: prompt, the model's greedy answer, the reference, and each eval
+        metric of that answer."""
+        problems = self.problems(split)[:k]
+        prompts = [p for p, _ in problems]
+        completions = self.greedy_completions(policy, prompts)
+        out = []
+        for (p, r), c in zip(problems, completions):
+            row = {"prompt": p, "answer": c, "reference": r}
+            row.update((name, float(fn(c, r, p))) for name, fn in sorted(self.eval_metrics.items()))
+            out.append(row)
+        return out
+
     def calibration_inputs(self, n: int, policy=None) -> np.ndarray:
         """(n, L) int64 input token ids from the train split (cycled when n > its size); `policy` is unused.
 
