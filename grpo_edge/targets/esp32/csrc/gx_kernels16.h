@@ -309,35 +309,62 @@ GX_INLINE void gx_log_softmax16(const gx_log_softmax16_t *p, const int16_t *rest
 
 /* ------------------------------------------------------------------ convolution, 16x8 */
 
+/* One output pixel of output channels o .. o + n - 1 (n = 1 or 4, one group) over the kernel rows ky0..ky1 and
+ * columns kx0..kx1 inside the image: acc[j] += sum w x. Four channels share each input load. */
+GX_INLINE void gx_conv16_pixel(const gx_conv_t *p, const int16_t *restrict xg, int o, int n, int iy0, int ix0,
+                               int ky0, int ky1, int kx0, int kx1, int32_t *acc)
+{
+    const int cg = p->c / p->groups, taps = p->kh * p->kw;
+    const int8_t *w0 = p->weights + (long)o * cg * taps;
+    int c, ky, kx;
+    for (c = 0; c < cg; ++c, w0 += taps, xg += (long)p->h * p->w) {
+        for (ky = ky0; ky < ky1; ++ky) {
+            const long r = (long)(iy0 + ky * p->dh) * p->w + ix0;
+            const int8_t *wr = w0 + ky * p->kw;
+            if (n == 4) {
+                const long stride = (long)cg * taps;
+                for (kx = kx0; kx < kx1; ++kx) {
+                    const int32_t x = xg[r + kx * p->dw];
+                    acc[0] += (int32_t)wr[kx] * x;
+                    acc[1] += (int32_t)wr[kx + stride] * x;
+                    acc[2] += (int32_t)wr[kx + 2 * stride] * x;
+                    acc[3] += (int32_t)wr[kx + 3 * stride] * x;
+                }
+            } else {
+                for (kx = kx0; kx < kx1; ++kx) acc[0] += (int32_t)wr[kx] * xg[r + kx * p->dw];
+            }
+        }
+    }
+}
+
 /* Conv / depthwise / grouped conv over int16 NCHW (zero point 0) with int8 weights: taps in the padding are
- * skipped, acc = bias + sum(w x) in an int32 accumulator the generator proved cannot overflow (as gx_fc16;
- * TFLM: an int32 bias selects the int32 accumulator), then the per-channel requantization. Direct loops, no
- * scratch. */
+ * skipped (the kernel rows and columns inside the image are found once per output row and pixel, so the inner
+ * loops have no bounds checks), acc = bias + sum(w x) in an int32 accumulator the generator proved cannot
+ * overflow (as gx_fc16; TFLM: an int32 bias selects the int32 accumulator), then the per-channel
+ * requantization REQ; four output channels at a time where a group has a multiple of four. No scratch. */
 #define GX_CONV16_BODY(REQ)                                                                                     \
     do {                                                                                                        \
-        const int cg = p->c / p->groups, ocg = p->oc / p->groups;                                               \
-        int o, oy, ox, c, ky, kx;                                                                               \
-        for (o = 0; o < p->oc; ++o) {                                                                           \
-            const int g = o / ocg;                                                                              \
-            const int8_t *wo = p->weights + (long)o * cg * p->kh * p->kw;                                       \
-            for (oy = 0; oy < p->oh; ++oy)                                                                      \
+        const int cg = p->c / p->groups, ocg = p->oc / p->groups, step = ocg % 4 == 0 ? 4 : 1;                  \
+        int o, oy, ox, j;                                                                                       \
+        for (o = 0; o < p->oc; o += step) {                                                                     \
+            const int16_t *xg = in + (long)(o / ocg) * cg * p->h * p->w;                                        \
+            for (oy = 0; oy < p->oh; ++oy) {                                                                    \
+                const int iy0 = oy * p->sh - p->pad_t;                                                          \
+                int ky0 = 0, ky1 = p->kh;                                                                       \
+                while (ky0 < ky1 && iy0 + ky0 * p->dh < 0) ++ky0;                                               \
+                while (ky1 > ky0 && iy0 + (ky1 - 1) * p->dh >= p->h) --ky1;                                     \
                 for (ox = 0; ox < p->ow; ++ox) {                                                                \
-                    int32_t acc = p->q.bias[o];                                                                 \
-                    for (c = 0; c < cg; ++c) {                                                                  \
-                        const int16_t *xc = in + (long)(g * cg + c) * p->h * p->w;                              \
-                        const int8_t *wc = wo + c * p->kh * p->kw;                                              \
-                        for (ky = 0; ky < p->kh; ++ky) {                                                        \
-                            const int iy = oy * p->sh - p->pad_t + ky * p->dh;                                  \
-                            if (iy < 0 || iy >= p->h) continue;                                                 \
-                            for (kx = 0; kx < p->kw; ++kx) {                                                    \
-                                const int ix = ox * p->sw - p->pad_l + kx * p->dw;                              \
-                                if (ix < 0 || ix >= p->w) continue;                                             \
-                                acc += (int32_t)wc[ky * p->kw + kx] * xc[iy * p->w + ix];                       \
-                            }                                                                                   \
-                        }                                                                                       \
-                    }                                                                                           \
-                    out[((long)o * p->oh + oy) * p->ow + ox] = (int16_t)REQ(acc, &p->q, o);                     \
+                    const int ix0 = ox * p->sw - p->pad_l;                                                      \
+                    int kx0 = 0, kx1 = p->kw;                                                                   \
+                    int32_t acc[4];                                                                             \
+                    while (kx0 < kx1 && ix0 + kx0 * p->dw < 0) ++kx0;                                           \
+                    while (kx1 > kx0 && ix0 + (kx1 - 1) * p->dw >= p->w) --kx1;                                 \
+                    for (j = 0; j < step; ++j) acc[j] = p->q.bias[o + j];                                       \
+                    gx_conv16_pixel(p, xg, o, step, iy0, ix0, ky0, ky1, kx0, kx1, acc);                         \
+                    for (j = 0; j < step; ++j)                                                                  \
+                        out[((long)(o + j) * p->oh + oy) * p->ow + ox] = (int16_t)REQ(acc[j], &p->q, o + j);    \
                 }                                                                                               \
+            }                                                                                                   \
         }                                                                                                       \
     } while (0)
 
