@@ -114,6 +114,11 @@ class BanditTask(Task):
     # --- evaluation / deploy ----------------------------------------------------------------
     def evaluate(self, policy, split="test", n=0):
         """Greedy accuracy (argmax action == label) and the mean reward of the greedy actions."""
+        pred, y, reward = self._greedy(policy, split, n)
+        return {"accuracy": float((pred.numpy() == y).mean()), "reward": float(reward.mean()), "n": int(len(y))}
+
+    def _greedy(self, policy, split, n):
+        """(greedy actions, labels, rewards) on the first n inputs of `split` (n = 0: all)."""
         x, y = (self.x_test, self.y_test) if split == "test" else (self.x_train, self.y_train)
         if n:
             x, y = x[:n], y[:n]
@@ -123,20 +128,11 @@ class BanditTask(Task):
         with torch.no_grad():
             pred = policy(torch.as_tensor(x, device=device)).argmax(-1).cpu()
         policy.train(was_training)
-        reward = self.reward(pred, torch.as_tensor(y)).float()
-        return {"accuracy": float((pred.numpy() == y).mean()), "reward": float(reward.mean()), "n": int(len(y))}
+        return pred, y, self.reward(pred, torch.as_tensor(y)).float()
 
     def examples(self, policy, split="test", k=3):
         """The first k inputs of `split`: the greedy action (the predicted class), the label, the reward."""
-        x, y = (self.x_test, self.y_test) if split == "test" else (self.x_train, self.y_train)
-        x, y = x[:k], y[:k]
-        device = next(policy.parameters()).device
-        was_training = policy.training
-        policy.eval()
-        with torch.no_grad():
-            pred = policy(torch.as_tensor(x, device=device)).argmax(-1).cpu()
-        policy.train(was_training)
-        reward = self.reward(pred, torch.as_tensor(y)).float()
+        pred, y, reward = self._greedy(policy, split, k)
         return [{"input": i, "predicted": int(p), "label": int(t), "reward": float(r)}
                 for i, (p, t, r) in enumerate(zip(pred.tolist(), np.asarray(y).tolist(), reward.tolist()))]
 

@@ -125,6 +125,13 @@ class ControlTask(Task):
     def evaluate(self, policy, split="test", n=0, greedy=True):
         """Mean return of `n` greedy episodes (default eval_episodes) from fixed held-out seeds."""
         n = n or self.eval_episodes
+        ro = self._eval_episodes(policy, n, greedy)
+        returns = ro.rewards.numpy()
+        return {"return": float(returns.mean()), "return_std": float(returns.std()),
+                "episode_length": float(ro.mask.sum(1).mean()), "n": n}
+
+    def _eval_episodes(self, policy, n, greedy):
+        """The rollout of the first n held-out evaluation episodes (fixed seeds, never training's)."""
         device = next(policy.parameters()).device
         was_training = policy.training
         policy.eval()
@@ -132,20 +139,13 @@ class ControlTask(Task):
         ro = rollout_lockstep(policy, self._batched_envs(n), seeds, 1, self.max_steps, device=device,
                               greedy=greedy, action_bounds=self._bounds())
         policy.train(was_training)
-        returns = ro.rewards.numpy()
-        return {"return": float(returns.mean()), "return_std": float(returns.std()),
-                "episode_length": float(ro.mask.sum(1).mean()), "n": n}
+        return ro
 
     def examples(self, policy, split="test", k=3):
         """The first k greedy evaluation episodes (the same held-out start states as evaluate): the seed, the
         start observation, the return and the length of each."""
-        device = next(policy.parameters()).device
-        was_training = policy.training
-        policy.eval()
         seeds = [self._eval_seed_base + i for i in range(k)]
-        ro = rollout_lockstep(policy, self._batched_envs(k), seeds, 1, self.max_steps, device=device,
-                              greedy=True, action_bounds=self._bounds())
-        policy.train(was_training)
+        ro = self._eval_episodes(policy, k, True)
         starts = []
         for seed in seeds:
             env = self._make()
