@@ -36,11 +36,12 @@ class Figure:
         return "%s %s (%s)" % (v, self.unit, label) if self.unit else "%s (%s)" % (v, label)
 
 
-# The figures a console summary shows first, when a report has them (every target's most telling ones).
+# The figures a console summary shows first, when a report has them (every target's most telling ones);
+# {target} is the report's target (an ESP32 text deploy's answer-time ESTIMATE for the chip asked for).
 KEY_FIGURES = ("host_bit_exact", "rv32_bit_exact", "decision_agreement_fp32", "task_metric_integer",
                "int8_metric_retention", "completions_identical_to_fp32", "sim_fp32_max_abs_diff", "flash_bytes",
-               "ram_bytes", "arena_bytes", "latency_s", "host_latency_fp32_s", "host_latency_int8_s",
-               "device_latency_fp32_s", "device_latency_int8_s")
+               "ram_bytes", "arena_bytes", "latency_s", "answer_time_{target}_s", "host_latency_fp32_s",
+               "host_latency_int8_s", "device_latency_fp32_s", "device_latency_int8_s")
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Report:
         lines = ["%s -> %s/" % (self.title, out)]
         if self.gate is not None:
             lines.append("  gate: %s" % self.gate["line"])
-        shown = [k for k in keys if k in self.figures][:most]
+        shown = [k for k in (k.format(target=self.target) for k in keys) if k in self.figures][:most]
         lines += ["  %s: %s" % (k, self.figures[k].text()) for k in shown]
         lines += ["  warning: %s" % w for w in self.warnings]
         lines.append("full report: %s (%d figures)" % (out / "report.md", len(self.figures)))

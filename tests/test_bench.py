@@ -24,6 +24,7 @@ def test_bench_table(tmp_path):
     assert "ESTIMATE" in doc["legend"]["rpi4_latency_s"]
     md = (tmp_path / "bench.md").read_text()
     assert "(measured-host)" in md and "(ESTIMATE)" in md
+    assert "ESP-NN's SIMD kernels" not in md                        # the C3 has no ESP-NN: no such assumption
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
     _check_esp32_per_op(doc, md, tmp_path)
     _check_one_device_model(by, doc, tmp_path)
@@ -64,3 +65,21 @@ def _check_esp32_per_op(doc, md, out):
     if p["host_columns"] == "ok":
         assert all(r["tflm_host_instructions"] > 0 and r["host_instructions"] > 0 for r in p["ops"])
     assert "## Per-op profile on the ESP32" in md and (out / "per_op.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_cli_says_what_the_s3_tflite_figures_assume(tmp_path):
+    """`grpo-edge bench CKPT --targets esp32s3` as a user runs it: the S3's TFLite int8 figure (TFLM + ESP-NN's
+    SIMD kernels, from the profile) is faster than our plain C while TFLM's per-op host instructions are its
+    reference kernels; a line directly under the table says so, with the sources, printed and in bench.md."""
+    from conftest import cli_in
+    r = cli_in(tmp_path, "bench", cached_checkpoint("cartpole"), "--targets", "esp32s3", "--no-per-op", "--out", "b")
+    assert r.returncode == 0, r.stderr[-2000:]
+    md = (tmp_path / "b" / "bench.md").read_text()
+    for text in (r.stdout, md):
+        lines = text.splitlines()
+        last_row = max(i for i, ln in enumerate(lines) if ln.startswith("| tflite int8 |"))
+        assert lines[last_row + 1] == "", lines[last_row:last_row + 3]
+        note = lines[last_row + 2]
+        assert note.startswith("esp32s3 TFLite int8 figures assume TFLite Micro + ESP-NN's SIMD kernels (ESTIMATE: ")
+        assert "int8_cycles_per_mac 1.8" in note and "espressif/esp-nn README" in note and "esp-nn issue 1" in note
+        assert "our generated plain C, no ESP-NN" in note and "reference kernels" in note

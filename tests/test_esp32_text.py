@@ -53,6 +53,11 @@ def test_arithmetic_checkpoint_deploys_bit_exact_with_prompt_mode(tmp_path):
         for key in ("esp32s3", "esp32c3"):
             assert f["answer_time_%s_s" % key]["how"] == "estimated"
             assert f["answer_time_%s_s" % key]["value"] > 0
+        # the console summary shows the chip's answer-time ESTIMATE, as README.md and report.md do
+        line = [ln for ln in r.output.splitlines() if ln.startswith("  answer_time_esp32s3_s: ")]
+        assert len(line) == 1 and line[0].endswith(" s (ESTIMATE)"), r.output
+        assert "%.4g" % f["answer_time_esp32s3_s"]["value"] in line[0]
+        assert "answer_time_esp32s3_s" in (out / "README.md").read_text()
         _check_text_per_op(rep["sections"], out, cross=False)
     # the firmware's host build answers piped prompts like the integer reference, and rejects bad ones
     ex = rep["sections"]["examples"]                          # prompt, fp32 and integer-reference answers

@@ -211,6 +211,43 @@ def test_runner_check_compares_the_folder_with_its_golden_vectors(deployed, tmp_
     assert r.returncode == 1 and not json.loads(r.stdout)["model.onnx"]["pass"]
 
 
+def test_runner_check_prints_pass_per_model_against_deploy_json(deployed, tmp_path):
+    """python3 runner.py --check as the Pi user runs it: one PASS line per model with the measured figure and
+    the threshold deploy.json sets (fp32: tolerance_fp32; int8: int8_check_agreement less 0.05), exit 0; the
+    README states the same thresholds."""
+    d = _copy(deployed, tmp_path)
+    cfg = json.loads((d / "deploy.json").read_text())
+    r = _run(d, ["runner.py", "--check"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    fp32 = [ln for ln in lines if ln.startswith("PASS fp32 (model.onnx): max_abs_diff ")]
+    assert len(fp32) == 1 and "threshold <= %.4g (deploy.json tolerance_fp32)" % cfg["tolerance_fp32"] in fp32[0], lines
+    limit = max(0.0, cfg["int8_check_agreement"] - 0.05)
+    int8 = [ln for ln in lines if ln.startswith("PASS int8 (model.int8.onnx): agreement ")]
+    assert len(int8) == 1 and "threshold >= %.4g (deploy.json int8_check_agreement" % limit in int8[0], lines
+    assert "the same argmax" in int8[0] and "100 samples" in int8[0] and "max_abs_diff" in int8[0]
+    assert lines[-1].startswith("check: PASS")
+    readme = (d / "README.md").read_text()
+    assert "at most %.4g (deploy.json tolerance_fp32)" % cfg["tolerance_fp32"] in readme
+    assert "at least %.4g (deploy.json int8_check_agreement" % limit in readme and "within 5%" not in readme
+
+
+def test_runner_check_fails_when_deploy_json_expects_more(deployed, tmp_path):
+    """deploy.json's int8 expectation tightened past what int8 can reach: --check prints a FAIL line naming
+    model.int8.onnx with its figure and threshold, fp32 still PASSes, the verdict names the model, exit 1."""
+    d = _copy(deployed, tmp_path)
+    cfg = json.loads((d / "deploy.json").read_text())
+    cfg["int8_check_agreement"] = 1.2                       # int8 must now agree on >= 1.15 of the samples
+    (d / "deploy.json").write_text(json.dumps(cfg))
+    r = _run(d, ["runner.py", "--check"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    fail = [ln for ln in lines if ln.startswith("FAIL int8 (model.int8.onnx): agreement ")]
+    assert len(fail) == 1 and "threshold >= 1.15 (deploy.json int8_check_agreement 1.2" in fail[0], lines
+    assert any(ln.startswith("PASS fp32 (model.onnx)") for ln in lines)
+    assert lines[-1].startswith("check: FAIL") and "model.int8.onnx" in lines[-1]
+
+
 def test_runner_refuses_inputs_far_outside_the_training_range(deployed, tmp_path):
     """deploy.json's input range (the task's: digits' pixels / 16 in [0, 1]): values far outside it are one
     line saying how to prepare them; --no-range-check runs them anyway."""
@@ -269,7 +306,7 @@ def test_deploy_an_onnx_exported_with_a_fixed_batch_of_one(tmp_path):
         want = m(torch.as_tensor(x[:5])).numpy()
     assert np.abs(np.asarray(json.loads(r.stdout)["outputs"]) - want).max() < 1e-5
     r = _run(out, ["runner.py", "--check"])
-    assert r.returncode == 0 and r.stdout.count('"pass": true') == 2, r.stdout + r.stderr
+    assert r.returncode == 0 and sum(ln.startswith("PASS ") for ln in r.stdout.splitlines()) == 2, r.stdout + r.stderr
 
 
 def test_bad_inputs(deployed, tmp_path):

@@ -101,6 +101,10 @@ def test_text_check_completes_the_golden_prompts(deployed):
     res = json.loads(_runner(out, ["--check", "--json"]))
     assert res["model.onnx"]["agreement"] == 1.0 and res["model.onnx"]["pass"]
     assert res["model.int8.onnx"]["pass"], res
+    lines = _runner(out, ["--check"]).splitlines()            # as the Pi user reads it: PASS per model
+    assert lines[0].startswith("PASS fp32 (model.onnx): agreement 1, threshold >= 1 (deploy.json min_agreement)"), lines
+    assert lines[1].startswith("PASS int8 (model.int8.onnx): agreement ") and lines[-1].startswith("check: PASS")
+    assert "at least 1 (deploy.json min_agreement)" in (out / "README.md").read_text()
 
 
 def test_the_text_folder_readme_runs_as_it_says(deployed):

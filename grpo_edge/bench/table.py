@@ -61,7 +61,7 @@ def run_bench(checkpoint, out_dir, targets=("rpi4", "rpi5", "esp32s3"), options=
     if b.task is None:
         legend["metric"] = "no task metric: %s" % b.task_err
     doc = {"checkpoint": str(checkpoint), "arch": b.state["arch"], "task": b.state.get("task"), "macs": macs,
-           "legend": legend, "rows": result}
+           "legend": legend, "rows": result, "table_notes": _table_notes(profiles)}
     if per_op is not None:
         doc["esp32_per_op"] = per_op
     atomic_write_text(out / "bench.json", json.dumps(doc, indent=2, default=str))
@@ -270,6 +270,24 @@ def _legend(task, profiles, macs, opts, checkpoint, codes=None):
     return leg
 
 
+def _table_notes(profiles) -> list:
+    """Lines printed directly under the table, beside the figures they qualify: for an ESP32 profile whose int8
+    MAC rate is ESP-NN's (the S3), that its TFLite columns assume TFLM + ESP-NN's SIMD kernels, while the onnx
+    int8 row is our plain C; with the sources the estimates cite (profile, targets/esp32/espnn_estimate.py)."""
+    from grpo_edge.targets.esp32.espnn_estimate import SOURCES
+    notes = []
+    for p in profiles:
+        f = p["figures"].get("int8_cycles_per_mac") or {}
+        if p.get("family") != "esp32" or "ESP-NN" not in (f.get("source") or ""):
+            continue
+        notes.append("%s TFLite int8 figures assume TFLite Micro + ESP-NN's SIMD kernels (ESTIMATE: "
+                     "int8_cycles_per_mac %g = %s; sources: %s). The onnx int8 row there is our generated plain C, "
+                     "no ESP-NN; the per-op profile's TFLM host instructions, when shown, are TFLM's reference "
+                     "kernels, without ESP-NN." % (p["name"], f["value"], f["source"].replace("estimate: ", ""),
+                                                    SOURCES.split("; targets/")[0]))
+    return notes
+
+
 def _esp32_per_op(b, int8_row) -> dict:
     """The per-op profile of model.int8.onnx compiled for the ESP32 (and per_op.png), or why there is none."""
     from grpo_edge.targets.esp32.profile import per_op_chart, profile_onnx
@@ -326,6 +344,8 @@ def bench_markdown(doc) -> str:
             cells += [_fmt(r.get("%s_latency_s" % t), 1e6, 3), _fmt(r.get("%s_energy_j" % t), 1e6, 3)]
         cells.append(r["status"])
         lines.append("| " + " | ".join(cells) + " |")
+    notes = [n for n in doc.get("table_notes", []) if n.split(" ", 1)[0] in targets]
+    lines += [""] + notes if notes else []
     lines += ["", "How each column was obtained:", ""]
     lines += ["- `%s`: %s" % (k, v) for k, v in doc["legend"].items() if v]
     if "esp32_per_op" in doc:

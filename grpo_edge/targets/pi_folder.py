@@ -61,8 +61,7 @@ def write_readme(out, rep) -> None:
              "Quality gate: %s.\n" % rep.gate["line"] if rep.gate is not None and rep.gate["passed"] else "",
              "Made by `grpo-edge deploy --target %s` from `%s`. The runner needs Python 3 with numpy and "
              "onnxruntime only (no torch, no grpo-edge).\n" % (cfg["target"], cfg["source"]),
-             _INSTALL, _CHECK % ("expected_completions.json (the checkpoint's own greedy completions of prompts.txt)"
-                                 if tok else "sample_inputs.npy and expected_outputs.npy (the checkpoint's own outputs)")]
+             _INSTALL, check_section(cfg, out, tok is not None)]
     parts += _text_sections(tok) if tok else _policy_sections(cfg, out)
     parts += [_CHOICE % (cfg["chosen"], cfg["why"]), _measure(rep, tok), _FILES]
     atomic_write_text(out / "README.md", "\n".join(parts))
@@ -84,10 +83,39 @@ sha256sum -c MANIFEST.sha256
 python3 runner.py --check
 ```
 
-The first line checks that every file is as deploy wrote it. `--check` runs both models on %s: """ \
-    """fp32 must match within deploy's tolerance, int8 must decide as it did on the deploy host (within 5%%). """ \
-    """It exits 1 otherwise.
+The first line checks that every file is as deploy wrote it. `--check` runs both models on %s, and prints """ \
+    """one `PASS` or `FAIL` line per model, with the measured figure and the threshold deploy.json sets for it:
+
+%s
+
+The last line is `check: PASS`, or `check: FAIL` naming the models that failed (exit status 1).
 """
+
+
+def check_section(cfg, out, text) -> str:
+    """The README's check section: what runner.py --check compares and the thresholds it applies, from the
+    runner's own reading of deploy.json (pi_runner.check_limits, decision_rule)."""
+    import numpy as np
+    from grpo_edge.runtime.pi_runner import check_limits, decision_rule
+    if text:
+        on = "the prompts of expected_completions.json (the checkpoint's own greedy completions of prompts.txt)"
+        rule = "completes the prompts exactly as the checkpoint did"
+    else:
+        on = "sample_inputs.npy and compares with expected_outputs.npy (the checkpoint's own outputs)"
+        rule = "decides as the checkpoint did (%s)" % decision_rule(
+            cfg, np.asarray(np.load(str(Path(out) / "expected_outputs.npy")), dtype=np.float64))[1]
+    lines = []
+    for name, (form, what, limit, why) in check_limits(cfg, text=text).items():
+        if what == "max_abs_diff":
+            lines.append("- %s (`%s`): PASS when its largest difference from expected_outputs.npy is at most "
+                         "%.4g (%s)." % (form, name, limit, why))
+        else:
+            lines.append("- %s (`%s`): PASS when the share of %s on which it %s is at least %.4g (%s%s)."
+                         % (form, name, "prompts" if text else "samples", rule, limit, why,
+                            ": another CPU's int8 kernels may round a few the other way" if form == "int8" and
+                            cfg.get("int8_check_agreement") is not None else ""))
+    return _CHECK % (on, "\n".join(lines))
+
 
 _CHOICE = """## Which model runs
 

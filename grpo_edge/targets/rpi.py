@@ -64,6 +64,7 @@ def deploy(source, profile, out_dir, options=None) -> Report:
     keep = _task_metrics(task, model, art, opts["eval_n"], rep)
     _choose(out, keep, lat, art, prof, source, opts, rep, extra={
         "input": _input_info(art, state, task), "int8_check_agreement": sim["int8"]["action_agreement"],
+        "action_range": _action_range(model),
         "task": (state or {}).get("task") or getattr(task, "name", None)})
     _estimate(art, prof, rep)
     rep.sections["quantization"] = {k: qinfo[k] for k in ("method", "per_channel", "reduce_range", "num_samples",
@@ -231,6 +232,14 @@ def _choose(out, keep, lat, art, prof, source, opts, rep, extra=None) -> None:
                   "target": prof["name"], "source": _relative(source, out), "tolerance_fp32": opts["tolerance"]}
     deploy_cfg.update(extra or {})
     atomic_write_text(out / "deploy.json", json.dumps(deploy_cfg, indent=2))
+
+
+def _action_range(model):
+    """A continuous policy's action range, as _simulate's agreement used it (None: argmax, or a single
+    output's own range): runner.py --check judges int8's agreement by the same rule."""
+    from grpo_edge.core.distributions import action_range
+    r = action_range(model)
+    return None if r is None else [float(v) for v in r]
 
 
 def _relative(source, out) -> str:
