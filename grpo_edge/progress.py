@@ -51,7 +51,7 @@ class TrainProgress:
         parts = [(k[len("rewards/"):-len("/mean")], v) for k, v in sorted(m.items())
                  if k.startswith("rewards/") and k.endswith("/mean") and v is not None]
         if len(parts) == 1 and abs(parts[0][1] - m.get("reward_mean", 0.0)) < 1e-9:
-            each = " (%s)" % parts[0][0]            # one reward function, weight 1: its name
+            each = " (%s)" % parts[0][0] if parts[0][0] != "reward" else ""   # one reward, weight 1: its name
         else:                                       # several, or one weighted: each one's mean
             each = " (%s)" % ", ".join("%s %.3f" % kv for kv in parts[:4]) if parts else ""
         stats = "reward %.3f%s | loss %.3g | kl %.3g | %.1f steps/s" % (

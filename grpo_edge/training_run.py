@@ -336,6 +336,7 @@ class GRPOTrainer(Trainer):
                                                                "{:,}".format(self.num_parameters)))
         metric_name = self.task.metric_name
         self.interrupted_at = None
+        self.stop_reason = None           # why the loop ended before training.steps (summary.json "stopped")
         self._stop_asked = False
         self._in_steps = False
         old_handlers = self._install_stop_handlers()
@@ -360,6 +361,10 @@ class GRPOTrainer(Trainer):
                         if t_cfg.target_metric is not None and ev[metric_name] >= t_cfg.target_metric:
                             done = True
                             m["reached_target"] = True
+                            if self.step < t_cfg.steps:
+                                self.stop_reason = (
+                                    "stopped early at step %d of %d: eval %s %.4g reached training.target_metric %g"
+                                    % (self.step, t_cfg.steps, metric_name, ev[metric_name], t_cfg.target_metric))
                     m["wall_time"] = self.wall_seconds()
                     if self.step % t_cfg.log_every == 0 or done:
                         self._log(m)
@@ -485,6 +490,7 @@ class GRPOTrainer(Trainer):
                 self.env_steps if self.task.kind == "control" else self.samples,
             "wall_seconds": round(wall, 2), "seed": self.config_obj.training.seed,
             "device": str(self.device), "device_reason": self.device_reason,
+            "stopped": getattr(self, "stop_reason", None) or "after all %d steps" % self.config_obj.training.steps,
         }
         summary.update((k, round(v, 1)) for k, v in devices.peak_memory(self.device).items())
         if getattr(self, "warm_start_eval", None):

@@ -69,7 +69,7 @@ def cli_in(cwd, *args):
 
 def one_error_line(r):
     """The one `error:` line of a refused command (exit 2; device and note lines aside)."""
-    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:"))]
+    lines = [ln for ln in r.stderr.strip().splitlines() if not ln.startswith(("device:", "note:", "recipe:"))]
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     return lines[0]
 

@@ -123,3 +123,40 @@ def test_the_docs_typed_column_reward_scores_a_csv(tmp_path, monkeypatch):
     import torch
     assert total.tolist() == torch.tensor(want).tolist() and any(c["difficulty"] for c in cols)
     sys.modules.pop("doc_rewards", None)
+
+
+def test_the_default_reward_is_not_named_after_itself(capsys):
+    """The sweep of the README's commands (issue 40): digits printed "reward 0.090 (reward)"."""
+    from grpo_edge.progress import TrainProgress
+    TrainProgress(total=1).update(1, {"reward_mean": 0.25, "rewards/reward/mean": 0.25}, None)
+    text = capsys.readouterr().err
+    assert "reward 0.250 |" in text and "(reward)" not in text
+
+
+def test_a_calibration_array_without_samples_is_one_line(tmp_path):
+    """The sweep (issue 40): docs/rpi.md's `deploy --onnx model.onnx --calibration calib.npy` with a .npy that
+    holds one value (here the __meta__ entry of a calibrate .npz, saved alone) was a TypeError traceback."""
+    import numpy as np
+    from session_cache import checkpoint
+    r = cli_in(tmp_path, "export", checkpoint("cartpole"), "--out", "model.onnx")
+    assert r.returncode == 0, r.stderr
+    np.save(str(tmp_path / "calib.npy"), np.array('{"task": "cartpole"}'))
+    np.save(str(tmp_path / "words.npy"), np.array(["a", "b"] * 200))
+    for target in ("rpi5", "esp32"):
+        r = cli_in(tmp_path, "deploy", "--target", target, "--onnx", "model.onnx", "--calibration", "calib.npy",
+                   "--out", "out-" + target)
+        assert one_error_line(r) == ("error: calibration file calib.npy: array 'inputs' is a single value of <U20, "
+                                     "not samples along a first axis (N, ...) of numbers")
+    r = cli_in(tmp_path, "deploy", "--target", "rpi5", "--onnx", "model.onnx", "--calibration", "words.npy",
+               "--out", "out-w")
+    assert "array 'inputs' is shape (400,) of <U1" in one_error_line(r)
+
+
+def test_a_missing_data_path_says_what_a_data_path_is(tmp_path):
+    """The sweep (issue 40): the article's command, `--data_path ./data/translation_pairs`, without the data."""
+    r = cli_in(tmp_path, "train", "--config", "config/tiny_transformer.yaml", "--data_path",
+               "./data/translation_pairs", "--save_dir", "./checkpoints")
+    assert one_error_line(r) == ("error: --data-path ./data/translation_pairs does not exist (your data: a JSONL / "
+                                 "CSV / TSV file, or a folder with train and test files; the built-in tasks make "
+                                 "their own data without --data-path)")
+    assert not (tmp_path / "checkpoints").exists()

@@ -31,7 +31,9 @@ def train(
     literals = {}          # command-line paths and numbers: taken as given, never parsed as YAML
     if data_path is not None:
         if not Path(data_path).exists():
-            raise ConfigError("--data-path %s does not exist" % data_path)
+            raise ConfigError("--data-path %s does not exist (your data: a JSONL / CSV / TSV file, or a folder with "
+                              "train and test files; the built-in tasks make their own data without --data-path)"
+                              % data_path)
         literals["task.data_path"] = data_path
         if config is None and not any(o.startswith("task.name=") for o in overrides):
             overrides.append("task.name=text")          # your data, no task named: the text task
@@ -61,10 +63,13 @@ def train(
     from grpo_edge.training_run import GRPOTrainer, install_sigterm_handler
     if resume and config is None and save_dir is not None and (Path(save_dir) / "config.yaml").is_file():
         config = str(Path(save_dir) / "config.yaml")     # --resume continues the run as it was configured
-    cfg = load_train_config(config, overrides, literals)
+    said = []
+    cfg = load_train_config(config, overrides, literals, say=said.append)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     if not resume:
         check_run_folder(run_dir, force)
+    for line in said:                   # which recipe and why, once the run folder is known to be usable
+        _say_recipe(line)
     install_sigterm_handler()
     existed, trainer = run_dir.exists(), None
     try:
@@ -85,8 +90,10 @@ def train(
     if not is_main():                   # under torchrun every rank ran the same command: rank 0 speaks for all
         return
     metric = summary["metric"]
-    typer.echo("done: %s %s = %.4g after %d steps, %.1f s; run folder %s"
-               % (getattr(trainer.task, "display_name", summary["task"]), metric, summary["final_" + metric], summary["steps"], summary["wall_seconds"], run_dir))
+    early = " (%s)" % trainer.stop_reason if trainer.stop_reason else ""
+    typer.echo("done: %s %s = %.4g after %d steps%s, %.1f s; run folder %s"
+               % (getattr(trainer.task, "display_name", summary["task"]), metric, summary["final_" + metric],
+                  summary["steps"], early, summary["wall_seconds"], run_dir))
 
 
 # what `train` writes into a run folder: another run's files are never mixed with a new run's. A folder
@@ -95,14 +102,24 @@ RUN_FILES = ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "warm_start.p
 RUN_MARKS = ("metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json")
 
 
-def load_train_config(config, overrides, literals):
-    """The run's config: --config's recipe, or without one the task's own recipe (config.default_recipe)."""
-    from grpo_edge.config import default_recipe, load_config, parse_overrides
+def load_train_config(config, overrides, literals, say=None):
+    """The run's config: --config's recipe, or without one the task's own recipe, else its family's or its
+    kind's (config.choose_recipe; `say` gets the line naming it and why)."""
+    from grpo_edge.config import choose_recipe, load_config, parse_overrides
     if config is not None:
         return load_config(config, overrides=overrides, literals=literals)
     task_name = parse_overrides(overrides).get("task", {}).get("name")
-    return load_config(None, overrides=overrides, literals=literals,
-                       data=default_recipe(task_name if isinstance(task_name, str) else None))
+    recipe, why = choose_recipe(task_name if isinstance(task_name, str) else None)
+    cfg = load_config(None, overrides=overrides, literals=literals, data=recipe)
+    if say is not None:
+        say(why)
+    return cfg
+
+
+def _say_recipe(line):
+    from grpo_edge.core.distributed import is_main
+    if is_main():
+        typer.echo(line, err=True)
 
 
 def _say_interrupted(trainer, run_dir):

@@ -61,7 +61,9 @@ class TrainingConfig:
     save_every: int = TRAINING["save_every"]
     """Write last.pt every N steps (and at the end)."""
     target_metric: Optional[float] = TRAINING["target_metric"]
-    """Stop early once the evaluation metric reaches this value (e.g. 475 for CartPole-v1)."""
+    """Stop early once the evaluation metric reaches this value (e.g. 475 for CartPole-v1); the run's last line
+    and summary.json's "stopped" say so. Without --config, a gymnasium env's family recipe sets it to the env's
+    spec.reward_threshold (none when the spec has none)."""
     warm_start_epochs: int = TRAINING["warm_start_epochs"]
     """Text tasks: supervised epochs on reference answers before GRPO."""
     warm_start_lr: float = TRAINING["warm_start_lr"]
@@ -397,30 +399,51 @@ def resolve_config_path(path) -> Path:
     raise ConfigError("config file not found: %s (built-in recipes: %s)" % (path, ", ".join(builtin_recipes())))
 
 
-# the recipe `train` uses without --config for a task that has none of its own, by the task's kind
-KIND_RECIPES = {"control": "cartpole.yaml", "bandit": "bandit.yaml", "sequence": "arithmetic.yaml"}
-
-
 def default_recipe(task_name=None) -> dict:
-    """The config `train` starts from without --config (a dict, before overrides): the built-in recipe of
-    `task_name` (configs/<recipe>.yaml whose task.name it is), else the recipe for its kind (KIND_RECIPES) with
-    that recipe's own task keys dropped and the model set to the task's default architecture when it
-    differs; cartpole's recipe when no task is named."""
+    """The config `train` starts from without --config (a dict, before overrides): choose_recipe's."""
+    return choose_recipe(task_name)[0]
+
+
+def choose_recipe(task_name=None):
+    """(recipe dict, the one line saying which recipe and why) for `train` without --config.
+
+    The built-in recipe whose task.name is `task_name` (configs/pendulum.yaml for Pendulum-v1); else, for a
+    gymnasium env, its family's recipe (config/families.py: classic control, Box2D, MuJoCo balance or
+    locomotion) with training.target_metric from the env's spec.reward_threshold (none without one); else
+    the recipe for the task's kind (families.KIND_RECIPES). A borrowed recipe's task keys are dropped and its
+    model becomes the task's default architecture when that differs. cartpole's recipe when no task is named."""
+    from grpo_edge.config import families
     recipes = {}
     for name in builtin_recipes():
         raw = validate.yaml_load(resolve_config_path(name).read_text(encoding="utf-8")) or {}
         recipes[name] = raw
-        if task_name is not None and (raw.get("task") or {}).get("name") == task_name:
-            return raw
+        own = name not in families.FAMILY_RECIPES and (raw.get("task") or {}).get("name") == task_name
+        if task_name is not None and own:
+            return raw, "recipe: configs/%s, %s's own" % (name, task_name)
     if task_name is None:
-        return recipes["cartpole.yaml"]
+        return recipes["cartpole.yaml"], "recipe: configs/cartpole.yaml, the default task's (cartpole)"
     from grpo_edge.tasks import default_arch, task_class
-    raw = dict(recipes[KIND_RECIPES.get(getattr(task_class(task_name), "kind", "control"), "cartpole.yaml")])
+    kind = getattr(task_class(task_name), "kind", "control")     # imports a user's module (registering its ids)
+    family = families.env_family(task_name) if kind == "control" else None
+    if family is not None:
+        name = family.recipe
+        threshold = families.reward_threshold(task_name)
+        why = "recipe: configs/%s, %s" % (name, families.family_why(task_name, family, threshold))
+    else:
+        name = families.KIND_RECIPES.get(kind, families.CLASSIC.recipe)
+        threshold = families.reward_threshold(task_name) if kind == "control" else None
+        why = "recipe: configs/%s, %s" % (name, families.kind_why(task_name, kind, threshold))
+    raw = dict(recipes[name])
     raw["task"] = {"name": task_name}
+    if kind == "control":
+        training = {k: v for k, v in (raw.get("training") or {}).items() if k != "target_metric"}
+        if threshold is not None:
+            training["target_metric"] = threshold
+        raw["training"] = training
     arch = default_arch(task_name)
     if (raw.get("model") or {}).get("arch") != arch:
         raw["model"] = {"arch": arch}
-    return raw
+    return raw, why
 
 
 def builtin_recipes():

@@ -59,8 +59,15 @@ def load_calibration(path) -> dict:
     """{input name: array} from an .npz written by save_calibration (or a plain .npy: {"inputs": array})."""
     loaded = open_calibration(path)
     if isinstance(loaded, np.ndarray):
-        return {"inputs": loaded}
-    return {k: loaded[k] for k in loaded.files if not k.startswith("__")}
+        arrays = {"inputs": loaded}
+    else:
+        arrays = {k: loaded[k] for k in loaded.files if not k.startswith("__")}
+    for name, a in arrays.items():
+        if a.ndim == 0 or not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+            raise ExportError("calibration file %s: array %r is %s of %s, not samples along a first axis (N, ...) "
+                              "of numbers" % (path, name, "a single value" if a.ndim == 0 else "shape %s"
+                                              % (tuple(a.shape),), a.dtype))
+    return arrays
 
 
 def calibration_meta(path) -> dict:

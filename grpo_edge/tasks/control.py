@@ -20,7 +20,8 @@ class ControlTask(Task):
 
     Config keys (task section):
       env_id         gymnasium id (default: the task's environment)
-      max_steps      cap on episode length during training and evaluation
+      max_steps      cap on episode length during training and evaluation (default: the env's own
+                     time limit, spec.max_episode_steps: 1,000 for MuJoCo and LunarLander; else 500)
       eval_episodes  greedy episodes per evaluation (default 100)
       env_kwargs     extra keyword arguments for gymnasium.make
     """
@@ -29,19 +30,20 @@ class ControlTask(Task):
     default_arch = "mlp"
     archs = ("mlp",)                       # vector observations -> action logits / Gaussian mean
     ranges = {"max_steps": (1, None, True), "eval_episodes": (1, None, True)}
-    types = {"env_id": str}                # keys whose default is None
+    types = {"env_id": str, "max_steps": int}    # keys whose default is None
     env_id = "CartPole-v1"
-    defaults = {"env_id": None, "max_steps": 500, "eval_episodes": 100, "env_kwargs": {}}
+    defaults = {"env_id": None, "max_steps": None, "eval_episodes": 100, "env_kwargs": {}}
 
     def __init__(self, cfg, seed=0):
         super().__init__(cfg, seed)
         import gymnasium as gym
         self._gym = gym
         self.env_id = cfg.get("env_id") or self.env_id
-        self.max_steps = int(cfg.get("max_steps", 500))
         self.eval_episodes = int(cfg.get("eval_episodes", 100))
         self.env_kwargs = dict(cfg.get("env_kwargs") or {})
         probe = self._make()
+        limit = getattr(getattr(probe, "spec", None), "max_episode_steps", None)
+        self.max_steps = int(cfg.get("max_steps") or limit or 500)
         self.obs_space = describe_space(probe.observation_space, "observation", self.env_id, ("Box", "Discrete"))
         act = describe_space(probe.action_space, "action", self.env_id, ("Discrete", "Box"))
         check_env_outputs(probe, self.env_id)
@@ -194,14 +196,14 @@ class CartPoleTask(ControlTask):
     """CartPole-v1: balance a pole; return 500 is the maximum, >= 475 counts as solved."""
     name = "cartpole"
     env_id = "CartPole-v1"
-    defaults = {"env_id": None, "max_steps": 500, "eval_episodes": 100, "env_kwargs": {}}
+    defaults = {"env_id": None, "max_steps": None, "eval_episodes": 100, "env_kwargs": {}}
 
 
 class AcrobotTask(ControlTask):
     """Acrobot-v1: swing the end up; returns are negative step counts (-500 worst, about -60 good)."""
     name = "acrobot"
     env_id = "Acrobot-v1"
-    defaults = {"env_id": None, "max_steps": 500, "eval_episodes": 100, "env_kwargs": {}}
+    defaults = {"env_id": None, "max_steps": None, "eval_episodes": 100, "env_kwargs": {}}
 
 
 class GymTask(ControlTask):
@@ -332,6 +334,9 @@ def make_env(gym, env_id, env_kwargs):
         msg = str(e).lower() + " " + entry
         extra = next((x for key, x in _EXTRAS if key in msg), None)
         how = ('pip install "gymnasium[%s]"' % extra) if extra else "install the package gymnasium names"
+        if extra == "box2d":        # gymnasium[box2d] builds box2d-py from source (swig, a C++ compiler); this is a wheel
+            how = 'pip install box2d (or pip install -e ".[box2d]" in grpo-edge\'s checkout)'
+
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError("gymnasium environment %s needs a package that is not installed: %s (%s)"
                           % (env_id, how, first[:160]))
