@@ -83,6 +83,7 @@ def onnx2int8(onnx_path, calibration, out_path, method: str = "minmax", per_chan
     data, held, evaluated_on = _split_holdout(data, holdout, src)
     if eval_data is not None:              # checked before any work: inputs of another model are one line
         held, evaluated_on = _eval_inputs(eval_data, eval_src, specs, onnx_path)
+        notes += outside_calibration(data, held, eval_src or "eval_data")
     n = len(data) if isinstance(data, list) else len(next(iter(data.values())))
     if n > max_samples:
         idx = np.sort(np.random.default_rng(0).choice(n, max_samples, replace=False))
@@ -139,6 +140,34 @@ def _eval_inputs(eval_data, eval_src, specs, onnx_path):
     except ExportError as e:
         raise ExportError(str(e).replace("calibration ", "evaluation inputs of ", 1))
     return held, "%d inputs of %s (not the calibration set)" % (len(next(iter(held.values()))), eval_src or "eval_data")
+
+
+def outside_calibration(calib, held, src, share=0.01):
+    """A note per input when more than `share` of the values of the inputs measured on lie outside the
+    calibration set's range, per feature: int8 saturates there, so the int8-vs-fp32 errors measured on them
+    are mostly that clipping, not rounding."""
+    if isinstance(calib, list) or not isinstance(held, dict):
+        return []
+    notes = []
+    for name, x in held.items():
+        c = calib.get(name)
+        if c is None or not np.issubdtype(np.asarray(c).dtype, np.floating) or len(c) == 0 or len(x) == 0:
+            continue
+        c2, x2 = np.asarray(c, np.float64).reshape(len(c), -1), np.asarray(x, np.float64).reshape(len(x), -1)
+        lo, hi = c2.min(0), c2.max(0)
+        out = (x2 < lo) | (x2 > hi)
+        if out.mean() <= share:
+            continue
+        width = np.maximum(hi - lo, 1e-12)
+        reach = np.maximum(x2.max(0) - lo, hi - x2.min(0)) / width            # how far past, in calibration ranges
+        worst = int(np.argmax(reach))
+        notes.append("%.0f%% of the values of %s's input %r lie outside the calibration set's range (feature %d "
+                     "spans %.3g..%.3g there, %.3g..%.3g in the calibration set): int8 saturates outside it, so "
+                     "the int8-vs-fp32 errors measured on them are mostly clipping; calibrate on inputs like the ones "
+                     "the model will see"
+                     % (100 * out.mean(), src, name, worst, x2[:, worst].min(), x2[:, worst].max(), lo[worst],
+                        hi[worst]))
+    return notes
 
 
 MIN_HELD_OUT = 20           # held-out samples below this: measure on the calibration samples, and say so
