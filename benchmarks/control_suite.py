@@ -12,15 +12,17 @@ The protocol, the same for every library:
 - Evaluations are greedy (the Gaussian's mean, SB3's deterministic action) on the same held-out start states:
   the first episodes of grpo-edge's evaluation seeds for the env's task built with seed 0, whatever the run's
   own seed; continuous actions are clipped to the action bounds, observations pass through SB3's VecNormalize
-  statistics where its recipe normalizes. Every budget/20 training seconds: `eval_n` episodes (a learning
-  curve against wall time and env steps); at the budget: `final_n` episodes, the final greedy return.
+  statistics where its recipe normalizes. Every budget/200 training seconds over the first budget/20, then
+  every budget/20: `eval_n` episodes (a learning curve against wall time and env steps); at the budget:
+  `final_n` episodes, the final greedy return.
 - Time to threshold: the first evaluation at or above the env's spec.reward_threshold (none where the spec has
-  none), its training seconds and env steps; the resolution is budget/20.
-- grpo-edge trains with the recipe `grpo-edge train --set task.name=<env>` picks (config.choose_recipe; the
-  target_metric stop is off here: every run uses its whole budget). SB3 trains PPO with rl-zoo's tuned
-  hyperparameters for the env (hyperparams/ppo.yml of DLR-RM/rl-baselines3-zoo; v3 / v2 entries for the v5 /
-  v3 envs; total_timesteps its n_timesteps, so its linear schedules are rl-zoo's), and on the MuJoCo envs also
-  SAC (rl-zoo's MuJoCo setting: defaults with learning_starts 10000), the choice an SB3 user makes there.
+  none), its training seconds and env steps; the resolution is budget/200 up to budget/20, then budget/20.
+- grpo-edge trains with the recipe `grpo-edge train --set task.name=<env>` picks (config.choose_recipe), for its
+  training.steps or the budget, whichever ends first (the target_metric stop is off here). SB3 trains PPO with
+  rl-zoo's tuned hyperparameters for the env (hyperparams/ppo.yml of DLR-RM/rl-baselines3-zoo; v3 / v2 entries
+  for the v5 / v3 envs), for its n_timesteps or the budget, whichever ends first (so its linear schedules are
+  rl-zoo's), and on the MuJoCo envs also SAC (rl-zoo's MuJoCo setting: defaults with learning_starts 10000),
+  the choice an SB3 user makes there.
 
 Results: one JSON (--json, default benchmarks/results/control_suite.json) that each finished run is added to
 (written atomically); runs already in it are skipped, so the suite runs in pieces and resumes after a stop. A
@@ -124,7 +126,8 @@ class Judge(object):
         self.curve.append([round(train_s, 3), int(env_steps), round(ret, 3)])
         if self.reached is None and self.threshold is not None and ret >= self.threshold:
             self.reached = {"train_s": round(train_s, 3), "env_steps": int(env_steps), "return": round(ret, 3)}
-        self.next_at = train_s + self.every_s
+        # every budget/200 s over the first budget/20 s (where a threshold is often crossed), then every budget/20
+        self.next_at = train_s + (self.every_s / 10.0 if train_s < self.every_s else self.every_s)
 
     def result(self, policy, train_s, env_steps):
         self.point(policy, train_s, env_steps)
@@ -137,7 +140,7 @@ class Judge(object):
 
 
 # ------------------------------------------------------------------------------------------- grpo-edge
-def grpo_edge_run(env_id, seed, budget_s):
+def grpo_edge_run(env_id, seed, budget_s, overrides=()):
     import torch
     from grpo_edge.config import choose_recipe
     from grpo_edge.training_run import GRPOTrainer
@@ -145,16 +148,18 @@ def grpo_edge_run(env_id, seed, budget_s):
     recipe, why = choose_recipe(env_id)
     tr = GRPOTrainer(config=recipe, progress=False,
                      overrides=["training.seed=%d" % seed, "training.threads=1", "training.eval_every=0",
-                                "training.device=cpu", "training.steps=100000000", "training.target_metric=null"])
+                                "training.device=cpu", "training.target_metric=null"] + list(overrides))
     judge, train_s = Judge(env_id, budget_s), 0.0
-    while train_s < budget_s:
+    steps = tr.config_obj.training.steps          # the recipe's length, as SB3's rl-zoo n_timesteps is its
+    while train_s < budget_s and tr.step < steps:
         if judge.due(train_s):
             judge.point(tr.policy, train_s, tr.env_steps)
         t0 = time.perf_counter()
         tr.train_step()
         train_s += time.perf_counter() - t0
     out = judge.result(tr.policy, train_s, tr.env_steps)
-    out.update(recipe=why, updates=tr.step)
+    out.update(recipe=why, updates=tr.step, stopped="budget" if train_s >= budget_s else "the recipe's %d steps"
+               % steps)
     return out
 
 
@@ -243,7 +248,8 @@ def sb3_run(env_id, seed, budget_s, algo):
     model.policy.set_training_mode(False)
     import stable_baselines3
     out = judge.result(_SB3Greedy(model), clock.train_s, model.num_timesteps)
-    out.update(sb3=stable_baselines3.__version__)
+    out.update(sb3=stable_baselines3.__version__, stopped="budget" if clock.train_s >= budget_s
+               else "rl-zoo's n_timesteps %d" % total)
     return out
 
 
@@ -251,7 +257,7 @@ def worker(spec):
     """One run in this (fresh) process: a crash inside a library is a failed run with its reason."""
     try:
         if spec["algo"] == "grpo-edge":
-            return grpo_edge_run(spec["env"], spec["seed"], spec["budget_s"])
+            return grpo_edge_run(spec["env"], spec["seed"], spec["budget_s"], spec.get("overrides", ()))
         return sb3_run(spec["env"], spec["seed"], spec["budget_s"], spec["algo"])
     except Exception as e:
         return {"status": "failed", "reason": "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0][:300]
@@ -345,7 +351,7 @@ def report(data, json_path):
                            rows)
     lines = [table, "", "final greedy return at the budget: median [min, max] over seeds (n seeds); time to the "
              "env's spec.reward_threshold: median over the seeds that reached it (training seconds, evaluation "
-             "excluded; resolution budget/%d)." % CURVE_POINTS,
+             "excluded; resolution budget/%d early, budget/%d after budget/%d)." % (10 * CURVE_POINTS, CURVE_POINTS, CURVE_POINTS),
              "grpo-edge's median >= SB3's best algorithm on %d of %d envs (goal: 7 of 10)." % (wins, len(rows))]
     if time_ratios:
         lines.append("time to threshold, grpo-edge / SB3's best where both reached it: " + ", ".join(
@@ -450,9 +456,9 @@ def main(argv=None):
         report(data, a.json)
         return 0
     todo = []
-    for env_id in a.env or list(BUDGETS):
-        for algo in [x for x in (a.algo or algos_for(env_id)) if x in algos_for(env_id)]:
-            for seed in a.seed:
+    for env_id in a.env or list(BUDGETS):            # the libraries alternate: load on this machine hits both
+        for seed in a.seed:
+            for algo in [x for x in (a.algo or algos_for(env_id)) if x in algos_for(env_id)]:
                 budget = a.budget_s or BUDGETS[env_id][0]
                 key = run_key(env_id, algo, seed, budget)
                 if key not in data["runs"]:
