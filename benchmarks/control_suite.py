@@ -429,6 +429,8 @@ def parse(argv=None):
     ap.add_argument("--budget-s", type=float, default=None, help="training seconds per run (default: the env's)")
     ap.add_argument("--json", default=str(RESULTS / "control_suite.json"))
     ap.add_argument("--report", action="store_true", help="only the table and plots from --json")
+    ap.add_argument("--merge", nargs="+", default=[], help="results files (same version) whose runs --json gains, "
+                    "for pieces run as separate processes")
     ap.add_argument("--timeout-s", type=float, default=None, help="a run's process limit (default 3 x budget + 300)")
     a = ap.parse_args(argv)
     for env_id in a.env or []:
@@ -449,6 +451,13 @@ def main(argv=None):
     try:
         a = parse(argv)
         data = load_results(a.json)
+        for other in a.merge:
+            if not Path(other).is_file():
+                raise BadInput("--merge %s: no such file" % other)
+            for key, run in load_results(other)["runs"].items():
+                data["runs"].setdefault(key, run)
+        if a.merge:
+            save_results(a.json, data)
     except BadInput as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

@@ -63,6 +63,14 @@ def test_runs_append_resume_and_report(tmp_path):
     assert "| CartPole-v1 | 1.5s | " in md and "(n 2)" in md
     assert (tmp_path / "suite" / "CartPole-v1.png").stat().st_size > 10000
     assert (tmp_path / "suite" / "overview.png").stat().st_size > 10000
+    piece = tmp_path / "piece.json"                  # a piece run as its own process, merged in
+    r = suite("--env", "CartPole-v1", "--algo", "grpo-edge", "--seed", "2", "--budget-s", "1.5", "--json", piece)
+    assert r.returncode == 0, r.stderr
+    r = suite("--json", out, "--merge", piece, "--report")
+    assert r.returncode == 0 and "(n 3)" in out.with_suffix(".md").read_text(), r.stderr
+    assert len(json.loads(out.read_text())["runs"]) == 3
+    r = suite("--json", out, "--merge", tmp_path / "nope.json", "--report")
+    assert r.returncode == 2 and r.stderr.strip() == "error: --merge %s: no such file" % (tmp_path / "nope.json")
 
 
 def test_a_run_that_crashes_inside_a_library_is_recorded_as_failed():
