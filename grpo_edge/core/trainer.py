@@ -303,6 +303,7 @@ class Trainer(distributed.ShardedTrainerMixin):
 
         stats = self._update(ro, keep) if len(keep) > 0 else {"skipped": 1.0}
         finite.check_stats(stats, self.step + 1)
+        self._update_obs_stats(ro)
         metrics.update(stats)
         dt = time.time() - t0
         metrics.update({
@@ -318,6 +319,18 @@ class Trainer(distributed.ShardedTrainerMixin):
         self.samples += int(metrics.pop("num_samples"))
         metrics.update({"step": self.step, "env_steps": self.env_steps, "samples": self.samples})
         return metrics
+
+    def _update_obs_stats(self, ro):
+        """A policy with obs_norm adds this rollout's states (the steps inside episodes) to its statistics
+        after the update, so a rollout and its update use the same ones; every rank adds every rank's."""
+        policy = self.policy
+        if not getattr(policy, "obs_norm", False) or "obs" not in ro.inputs:
+            return
+        obs = ro.inputs["obs"]                                         # (N, T, obs_dim)
+        moments = policy.obs_moments(obs[ro.mask > 0] if obs.dim() == 3 else obs)
+        if distributed.world()[1] > 1:
+            moments = sum(m.to(moments.device) for m in distributed.all_gather(moments.cpu()))
+        policy.add_obs_moments(moments)
 
     def _rollout_all_ranks(self, group_size):
         """The rollout, checked finite; when it fails on any rank (a bad reward, a non-finite value) every

@@ -6,6 +6,12 @@ the mean of a diagonal Gaussian whose log-std is the learned parameter `log_std`
 (grpo_edge/core/distributions.py). The exported graph is only Gemm + Tanh/Relu (a continuous policy adds
 one Clip: the mean within the action bounds), which is what the ESP32 code generator consumes (relu is its
 best-supported activation; tanh is the training default for control).
+
+obs_norm=True standardizes each observation feature by running statistics of the states the policy has seen
+(buffers obs_count / obs_sum / obs_sumsq, float64, updated by the trainer after each update from that
+rollout's states, so a rollout and its update see the same normalization). The export folds it into the
+first layer (W / std, b - W mean / std): the deployed graph, its inputs (raw observations) and its
+calibration are the same as without it.
 """
 import math
 
@@ -30,7 +36,8 @@ class MLPPolicy(nn.Module):
     arch = "mlp"
 
     def __init__(self, obs_dim, n_actions, hidden=64, num_layers=3, activation="tanh", hidden_dropout=0.0,
-                 out_dim=None, continuous=False, log_std_init=0.0, action_low=None, action_high=None):
+                 out_dim=None, continuous=False, log_std_init=0.0, action_low=None, action_high=None,
+                 obs_norm=False):
         super(MLPPolicy, self).__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError("activation must be one of %s, got %r" % (sorted(_ACTIVATIONS), activation))
@@ -62,6 +69,11 @@ class MLPPolicy(nn.Module):
             self.log_std = nn.Parameter(torch.full((n_actions,), float(log_std_init)))
             if self.action_low is not None and len(self.action_low) != n_actions:
                 raise ValueError("action_low has %d values, n_actions is %d" % (len(self.action_low), n_actions))
+        self.obs_norm = bool(obs_norm)
+        if self.obs_norm:
+            self.register_buffer("obs_count", torch.zeros((), dtype=torch.float64))
+            self.register_buffer("obs_sum", torch.zeros(obs_dim, dtype=torch.float64))
+            self.register_buffer("obs_sumsq", torch.zeros(obs_dim, dtype=torch.float64))
 
     supports_gradient_checkpointing = False
 
@@ -80,20 +92,74 @@ class MLPPolicy(nn.Module):
         if self.continuous:
             cfg.update(continuous=True, log_std_init=self.log_std_init, action_low=self.action_low,
                        action_high=self.action_high)
+        if self.obs_norm:
+            cfg["obs_norm"] = True
         return cfg
+
+    # a feature whose std is below this (one that never varied) is only centred, not divided: dividing by a
+    # near-zero std would blow its first-layer weights up when the export folds them (and int8 with them)
+    OBS_STD_MIN = 1e-3
+
+    def obs_stats(self):
+        """(mean (obs_dim,), std (obs_dim,)) float32 of the states seen so far: (0, 1) before any."""
+        n = float(self.obs_count)
+        if n <= 0:
+            z = torch.zeros(self.obs_dim, device=self.obs_sum.device)
+            return z, z + 1.0
+        mean = self.obs_sum / n
+        var = torch.clamp(self.obs_sumsq / n - mean * mean, min=0.0)
+        std = torch.sqrt(var)
+        return mean.float(), torch.where(std < self.OBS_STD_MIN, torch.ones_like(std), std).float()
+
+    def obs_moments(self, obs):
+        """(count, sum, sum of squares) of the states obs (N, obs_dim), float64: what update_obs_stats adds."""
+        x = obs.detach().reshape(-1, self.obs_dim).to(self.obs_sum.device, torch.float64)
+        return torch.cat([x.new_tensor([x.shape[0]]), x.sum(0), (x * x).sum(0)])
+
+    def add_obs_moments(self, moments):
+        """Add obs_moments(...) (of any number of batches, summed) to the running statistics."""
+        moments = moments.to(self.obs_sum.device, torch.float64)
+        self.obs_count += moments[0]
+        self.obs_sum += moments[1:1 + self.obs_dim]
+        self.obs_sumsq += moments[1 + self.obs_dim:]
+
+    def update_obs_stats(self, obs):
+        """Add the states obs (N, obs_dim) to the running statistics (obs_norm only)."""
+        self.add_obs_moments(self.obs_moments(obs))
 
     def forward(self, obs):
         """obs (B, obs_dim) -> logits (B, n_actions or out_dim), or the Gaussian's mean (continuous)."""
+        if self.obs_norm:
+            mean, std = self.obs_stats()
+            obs = (obs - mean.to(obs.dtype)) / std.to(obs.dtype)
         return self.net(obs)
+
+    def folded(self):
+        """The same function without obs_norm: the standardization folded into the first Linear layer."""
+        import copy
+        out = copy.deepcopy(self)
+        if not self.obs_norm:
+            return out
+        mean, std = self.obs_stats()
+        first = out.net[0]
+        with torch.no_grad():
+            w = first.weight / std.to(first.weight.dtype).unsqueeze(0)
+            first.bias.copy_(first.bias - w.matmul(mean.to(w.dtype)))
+            first.weight.copy_(w)
+        out.obs_norm = False
+        for name in ("obs_count", "obs_sum", "obs_sumsq"):
+            delattr(out, name)
+        return out
 
     def export_spec(self, batch_size=1):
         """obs (B, obs_dim) float -> logits (B, n_actions), or action (B, n_actions): the mean within the
         action bounds (continuous); batch is dynamic."""
         obs = torch.randn(batch_size, self.obs_dim, device=self.net[0].weight.device)
+        policy = self.folded() if self.obs_norm else self         # Gemm + activations only, as without it
         if self.continuous:
-            return ExportSpec(module=_BoundedMean(self), example_inputs=(obs,), input_names=["obs"],
+            return ExportSpec(module=_BoundedMean(policy), example_inputs=(obs,), input_names=["obs"],
                               output_names=["action"], dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
-        return ExportSpec(module=self, example_inputs=(obs,), input_names=["obs"], output_names=["logits"],
+        return ExportSpec(module=policy, example_inputs=(obs,), input_names=["obs"], output_names=["logits"],
                           dynamic_axes={"obs": {0: "batch"}, "logits": {0: "batch"}})
 
 
