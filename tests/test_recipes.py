@@ -98,3 +98,11 @@ def test_a_run_that_stops_early_says_why(tmp_path):
     assert summary["steps"] == 2 and summary["stopped"].startswith("stopped early at step 2 of 100: eval return ")
     metrics = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["reached_target"] is True
+
+
+def test_tasks_lists_the_family_recipes_for_an_env_by_its_id(tmp_path):
+    r = cli_in(tmp_path, "tasks", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    gym = [row for row in rows if row["task"] == "gym"][0]
+    assert gym["recipe (--config)"] == "its family's: classic_control, box2d, mujoco_*"

@@ -250,6 +250,8 @@ def tasks(
         except GrpoEdgeError as e:
             kind, metric, doc = "?", "?", "unavailable: %s" % e
         recipe = next((r for r in recipes if r.startswith(name.replace("-", "_"))), "")
+        if name == "gym":                 # an env by its id: its own recipe, else its family's (config/families.py)
+            recipe = "its family's: classic_control, box2d, mujoco_*"
         rows.append((name, kind, DEFAULT_ARCH.get(name, ""), metric, recipe, doc))
     typer.echo(rows2json(header, rows) if json_out else rows2text(header, rows))
 
