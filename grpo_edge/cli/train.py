@@ -63,18 +63,15 @@ def train(
     from grpo_edge.training_run import GRPOTrainer, install_sigterm_handler
     if resume and config is None and save_dir is not None and (Path(save_dir) / "config.yaml").is_file():
         config = str(Path(save_dir) / "config.yaml")     # --resume continues the run as it was configured
-    said = []
-    cfg = load_train_config(config, overrides, literals, say=said.append)
+    cfg, recipe_why = load_train_config(config, overrides, literals)
     run_dir = Path(save_dir or Path("runs") / cfg.task["name"])
     if not resume:
         check_run_folder(run_dir, force)
-    for line in said:                   # which recipe and why, once the run folder is known to be usable
-        _say_recipe(line)
     install_sigterm_handler()
     existed, trainer = run_dir.exists(), None
     try:
         trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
-        _echo_start(trainer)
+        _echo_start(trainer, recipe_why)
         if resume and trainer.step >= trainer.config_obj.training.steps:
             _say_nothing_to_do(trainer, run_dir)
             return
@@ -89,6 +86,11 @@ def train(
     from grpo_edge.core.distributed import is_main
     if not is_main():                   # under torchrun every rank ran the same command: rank 0 speaks for all
         return
+    _say_done(trainer, summary, run_dir)
+
+
+def _say_done(trainer, summary, run_dir):
+    """The last line: the final score, the steps (and why the run stopped early), the time, the folder."""
     metric = summary["metric"]
     early = " (%s)" % trainer.stop_reason if trainer.stop_reason else ""
     typer.echo("done: %s %s = %.4g after %d steps%s, %.1f s; run folder %s"
@@ -102,24 +104,15 @@ RUN_FILES = ("config.yaml", "metrics.jsonl", "last.pt", "best.pt", "warm_start.p
 RUN_MARKS = ("metrics.jsonl", "last.pt", "best.pt", "warm_start.pt", "summary.json")
 
 
-def load_train_config(config, overrides, literals, say=None):
-    """The run's config: --config's recipe, or without one the task's own recipe, else its family's or its
-    kind's (config.choose_recipe; `say` gets the line naming it and why)."""
+def load_train_config(config, overrides, literals):
+    """(the run's config, the line naming the recipe chosen and why, or None): --config's recipe, or without
+    one the task's own, else its family's or its kind's (config.choose_recipe)."""
     from grpo_edge.config import choose_recipe, load_config, parse_overrides
     if config is not None:
-        return load_config(config, overrides=overrides, literals=literals)
+        return load_config(config, overrides=overrides, literals=literals), None
     task_name = parse_overrides(overrides).get("task", {}).get("name")
     recipe, why = choose_recipe(task_name if isinstance(task_name, str) else None)
-    cfg = load_config(None, overrides=overrides, literals=literals, data=recipe)
-    if say is not None:
-        say(why)
-    return cfg
-
-
-def _say_recipe(line):
-    from grpo_edge.core.distributed import is_main
-    if is_main():
-        typer.echo(line, err=True)
+    return load_config(None, overrides=overrides, literals=literals, data=recipe), why
 
 
 def _say_interrupted(trainer, run_dir):
@@ -136,10 +129,12 @@ def _say_interrupted(trainer, run_dir):
         typer.echo("interrupted: nothing saved yet (last.pt is written every training.save_every steps)", err=True)
 
 
-def _echo_start(trainer):
+def _echo_start(trainer, recipe_why=None):
     from grpo_edge.core.distributed import is_main
     if not is_main():
         return
+    if recipe_why:                      # which recipe and why (no --config), once the run can start
+        typer.echo(recipe_why, err=True)
     typer.echo("device: %s (%s)" % (trainer.device, trainer.device_reason), err=True)
     for note in trainer.notes:
         typer.echo("note: %s" % note, err=True)
@@ -251,7 +246,7 @@ def tasks(
             kind, metric, doc = "?", "?", "unavailable: %s" % e
         recipe = next((r for r in recipes if r.startswith(name.replace("-", "_"))), "")
         if name == "gym":                 # an env by its id: its own recipe, else its family's (config/families.py)
-            recipe = "its family's: classic_control, box2d, mujoco_*"
+            recipe = "its family's"
         rows.append((name, kind, DEFAULT_ARCH.get(name, ""), metric, recipe, doc))
     typer.echo(rows2json(header, rows) if json_out else rows2text(header, rows))
 
