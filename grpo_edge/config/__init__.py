@@ -425,14 +425,13 @@ def choose_recipe(task_name=None):
     from grpo_edge.tasks import default_arch, task_class
     kind = getattr(task_class(task_name), "kind", "control")     # imports a user's module (registering its ids)
     family = families.env_family(task_name) if kind == "control" else None
+    threshold = families.reward_threshold(task_name) if kind == "control" else None
     if family is not None:
-        name = family.recipe
-        threshold = families.reward_threshold(task_name)
-        why = "recipe: configs/%s, %s" % (name, families.family_why(task_name, family, threshold))
+        name, why = family.recipe, families.family_why(task_name, family, threshold)
     else:
         name = families.KIND_RECIPES.get(kind, families.CLASSIC.recipe)
-        threshold = families.reward_threshold(task_name) if kind == "control" else None
-        why = "recipe: configs/%s, %s" % (name, families.kind_why(task_name, kind, threshold))
+        why = families.kind_why(task_name, kind, threshold)
+    why = "recipe: configs/%s, %s" % (name, why)
     raw = dict(recipes[name])
     raw["task"] = {"name": task_name}
     if kind == "control":

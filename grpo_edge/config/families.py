@@ -10,14 +10,14 @@ trains with the classic-control recipe, bandit and text tasks with theirs (KIND_
 from collections import namedtuple
 from typing import Optional
 
-Family = namedtuple("Family", "name recipe marker about")
+Family = namedtuple("Family", "recipe marker about")
 
-# first match wins: (family, its recipe, a substring of the env's entry point, what the family is)
+# first match wins: (its recipe, the start of the env's entry point, what the family is)
 FAMILIES = (
-    Family("mujoco-balance", "mujoco_balance.yaml", "gymnasium.envs.mujoco.inverted", "a MuJoCo balance task"),
-    Family("mujoco-locomotion", "mujoco_locomotion.yaml", "gymnasium.envs.mujoco.", "a MuJoCo locomotion robot"),
-    Family("box2d", "box2d.yaml", "gymnasium.envs.box2d.", "a Box2D environment"),
-    Family("classic-control", "classic_control.yaml", "gymnasium.envs.classic_control.",
+    Family("mujoco_balance.yaml", "gymnasium.envs.mujoco.inverted", "a MuJoCo balance task"),
+    Family("mujoco_locomotion.yaml", "gymnasium.envs.mujoco.", "a MuJoCo locomotion robot"),
+    Family("box2d.yaml", "gymnasium.envs.box2d.", "a Box2D environment"),
+    Family("classic_control.yaml", "gymnasium.envs.classic_control.",
            "a classic-control environment"),
 )
 CLASSIC = FAMILIES[-1]
