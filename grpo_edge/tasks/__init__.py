@@ -14,10 +14,12 @@ TASKS = {
     "zh-en-numbers": "grpo_edge.tasks.zh_en_numbers:ZhEnNumbersTask",
     "gym": "grpo_edge.tasks.control:GymTask",
     "text": "grpo_edge.tasks.text:TextDataTask",
+    "pyfix": "grpo_edge.tasks.pyfix:PyFixTask",
 }
 GYM_TASK = TASKS["gym"]
 DEFAULT_ARCH = {"cartpole": "mlp", "acrobot": "mlp", "digits": "lite-resnet", "arithmetic": "micro-gpt",
-                "zh-en-numbers": "tiny-transformer", "gym": "mlp", "text": "micro-gpt"}
+                "zh-en-numbers": "tiny-transformer", "gym": "mlp", "text": "micro-gpt",
+               "pyfix": "micro-gpt"}
 
 
 def task_class(name):

@@ -16,6 +16,9 @@ Built-ins:
 - ``format`` (``format_reward``): 1.0 when the completion is an integer written with digits only and an
   optional leading '-' (the arithmetic task's answer format), else 0.0.
 - ``chrf`` : character n-gram F-score (chrF, n = 1..6, beta = 2), in [0, 1].
+- ``parses``: 1.0 when the completion is non-blank Python that ``ast.parse`` accepts (nothing is run), else 0.0.
+- ``similarity``: difflib's ratio of the completion to the reference, whitespace included, in [0, 1] (the
+  pyfix task's "closeness to the reference fix": an indentation fix counts, as chrF's would not).
 
 A config names rewards with weights, e.g. ``rewards: {exact_match: 1.0, format: 0.1}``; a user callable
 is named ``"mypkg.rewards:fn"`` (``load_reward``). ``WeightedRewards.check`` calls each on a few samples when
@@ -85,10 +88,33 @@ def chrf(completion: str, reference: str, prompt: str = "", max_order: int = 6, 
     return (1 + b2) * p * rec / (b2 * p + rec)
 
 
+def parses(completion: str, reference: str = "", prompt: str = "") -> float:
+    """1.0 if ``completion`` is non-blank Python source that parses (``ast.parse``; never run), else 0.0 (an
+    empty answer parses, but fixes nothing)."""
+    import ast
+    if not completion.strip():
+        return 0.0
+    try:
+        ast.parse(completion)
+    except (SyntaxError, ValueError):          # ValueError: a NUL character
+        return 0.0
+    return 1.0
+
+
+def similarity(completion: str, reference: str, prompt: str = "") -> float:
+    """difflib.SequenceMatcher's ratio 2 M / (len(completion) + len(reference)), M the matched characters."""
+    import difflib
+    if not completion and not reference:
+        return 1.0
+    return difflib.SequenceMatcher(None, completion, reference, autojunk=False).ratio()
+
+
 BUILTIN_REWARDS = {
     "exact_match": exact_match,
     "format": format_reward,
     "chrf": chrf,
+    "parses": parses,
+    "similarity": similarity,
 }
 
 

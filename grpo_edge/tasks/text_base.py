@@ -214,7 +214,12 @@ class TextTask(Task):
         total, _ = self.rewards.score(completions, refs, prompts, None if columns is None else columns[:n])
         result["reward"] = float(total.mean())
         result["n"] = len(problems)
+        result.update(self.breakdown(completions, problems, None if columns is None else columns[:n]))
         return result
+
+    def breakdown(self, completions: List[str], problems: List[Problem], columns) -> Dict[str, float]:
+        """More metrics for evaluate() from the greedy completions of `problems` (e.g. by kind); none here."""
+        return {}
 
     def examples(self, policy, split: str = "test", k: int = 3):
         """The first k problems of `split`: prompt, the model's greedy answer, the reference, and each eval

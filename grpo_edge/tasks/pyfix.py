@@ -1,0 +1,131 @@
+"""Built-in task `pyfix`: a character-level model reads a small broken Python function and writes it fixed.
+
+    task = PyFixTask({}, seed=0)
+    policy = build_model("micro-gpt", **task.model_kwargs())
+    task.train_problems[0]     # ("def add(a, b)\\n    return a + b\\n# fix\\n", "def add(a, b):\\n    return a + b")
+
+The data (grpo_edge/tasks/pyfix_programs.py) is about 2,000 train pairs by default and a held-out test split
+of other functions, the same for every training seed. Each pair is a function with one bug of BUG_KINDS
+(missing colon, wrong indentation, unbalanced bracket, misspelt name or keyword, wrong operator, off-by-one,
+wrong return) and the few asserts the fixed function passes; the asserts are data columns (`tests`, with
+`bug` and `template`), never shown to the model. The prompt is the broken program followed by PROMPT_END;
+the completion is the whole fixed program.
+
+Rewards, in TRL's convention and each logged by name: `parses` (ast.parse, nothing run), `similarity` (to the
+reference fix, so that a partly right answer counts) and `exact_match`. `eval_metrics` also reports them by
+bug kind (`parses/missing_colon`, ...).
+"""
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from grpo_edge.core.tokenizer import PAD, CharTokenizer
+from grpo_edge.errors import ConfigError
+from grpo_edge.tasks.pyfix_programs import BUG_KINDS, make_split
+from grpo_edge.tasks.rewards import exact_match, parses, similarity
+from grpo_edge.tasks.text_base import TextTask, cfg_get
+
+PROMPT_END = "\n# fix\n"
+# every character a program may hold: printable ASCII but tab (indentation is spaces) and the backslash
+CHARS = "\n" + "".join(chr(c) for c in range(32, 127) if chr(c) != "\\")
+MAX_PROGRAM_CHARS = 400          # the longest program the task (and a deployed model) reads by default
+
+
+class PyFixTask(TextTask):
+    """Repair small broken Python functions: ~2,000 generated pairs, seven kinds of bug, held-out functions.
+
+    Config keys (``task`` section), all optional:
+      n_train (2000)         train pairs (function, bug)
+      n_test (300)           held-out pairs, of functions no train pair has
+      test_fraction (0.2)    share of each template's functions held out
+      split_seed (0)         seed of the generator and of the split (not the training seed)
+      prompt_len (auto)      padded prompt length; default and minimum: the longest broken program + PROMPT_END
+      max_new_tokens (auto)  generation budget; default and minimum: the longest fixed program + EOS
+      temperature (1.0)      sampling temperature of rollouts
+      rewards ({"exact_match": 1.0, "parses": 0.2, "similarity": 0.5})   weighted rewards (built-ins or
+                             "module.path:fn"; TRL-style ones get the columns tests, bug, template, answer)
+      reward (None)          one more user reward "module.path:fn", weight 1.0
+      reward_errors ("raise") "raise" or "skip" a reward that raises or returns NaN/inf
+      eval_size (0)          test pairs scored by evaluate(n=0); 0 = all
+    """
+    name = "pyfix"
+    metric_name = "exact_match"
+    default_rewards = {"exact_match": 1.0, "parses": 0.2, "similarity": 0.5}
+    defaults = {"n_train": 2000, "n_test": 300, "test_fraction": 0.2, "split_seed": 0, "prompt_len": None,
+                "max_new_tokens": None, "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
+                "reward_errors": "raise", "eval_size": 0}
+    eval_metrics = {"exact_match": exact_match, "parses": parses, "similarity": similarity}
+
+    def __init__(self, cfg: dict = None, seed: int = 0):
+        cfg = dict(cfg or {})
+        super(PyFixTask, self).__init__(cfg, seed)
+        n_train = cfg_get(cfg, "n_train", 2000, int, 1)
+        n_test = cfg_get(cfg, "n_test", 300, int, 1)
+        test_fraction = float(cfg_get(cfg, "test_fraction", 0.2, (int, float)))
+        if not 0.0 < test_fraction < 1.0:
+            raise ConfigError("task.test_fraction must be in (0, 1), got %r" % test_fraction)
+        self.split_seed = cfg_get(cfg, "split_seed", 0, int)
+        self.eval_size = cfg_get(cfg, "eval_size", 0, int, 0)
+        train, test = make_split(n_train, n_test, test_fraction, self.split_seed)
+        self.tokenizer = CharTokenizer(CHARS)
+        self.train_problems = [(p.broken + PROMPT_END, p.fixed) for p in train]
+        self.test_problems = [(p.broken + PROMPT_END, p.fixed) for p in test]
+        self.train_columns = [self._columns(p) for p in train]
+        self.test_columns = [self._columns(p) for p in test]
+        longest_prompt = max(len(p) for p, _ in self.train_problems + self.test_problems)
+        longest_fix = max(len(r) for _, r in self.train_problems + self.test_problems)
+        self.prompt_len = cfg_get(cfg, "prompt_len", longest_prompt, int)
+        if self.prompt_len < longest_prompt:
+            raise ConfigError("task.prompt_len=%d is shorter than the longest broken program + %r (%d characters)"
+                              % (self.prompt_len, PROMPT_END, longest_prompt))
+        self.max_new_tokens = cfg_get(cfg, "max_new_tokens", longest_fix + 1, int)
+        if self.max_new_tokens < longest_fix + 1:
+            raise ConfigError("task.max_new_tokens=%d cannot hold the longest fixed program (%d characters) plus "
+                              "EOS" % (self.max_new_tokens, longest_fix))
+        self.check_rewards()
+
+    @staticmethod
+    def _columns(pair):
+        return {"tests": pair.tests, "bug": pair.bug, "template": pair.template, "answer": pair.fixed}
+
+    def encode_inputs(self, texts):
+        """Prompts (broken program + PROMPT_END) -> (B, prompt_len) long, left-padded with PAD."""
+        out = torch.full((len(texts), self.prompt_len), PAD, dtype=torch.long)
+        for i, t in enumerate(texts):
+            ids = self.tokenizer.encode(t)
+            if len(ids) > self.prompt_len:
+                raise ConfigError("a program of %d characters is longer than the %d this model reads"
+                                  % (len(ids) - len(PROMPT_END), self.prompt_len - len(PROMPT_END)))
+            out[i, self.prompt_len - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        return out
+
+    def model_kwargs(self) -> dict:
+        return {"vocab_size": self.tokenizer.vocab_size, "max_len": self.prompt_len + self.max_new_tokens}
+
+    def checkpoint_meta(self) -> dict:
+        return {"tokenizer": self.tokenizer.to_dict(), "vocab_size": self.tokenizer.vocab_size,
+                "prompt_len": self.prompt_len, "max_new_tokens": self.max_new_tokens,
+                "input_shape": [self.prompt_len], "input_name": self.input_key, "padding": "left",
+                "prompt_end": PROMPT_END, "slug": "pyfix"}
+
+    @classmethod
+    def restore_cfg(cls, meta):
+        """The lengths a checkpoint was trained with."""
+        return dict((k, meta[k]) for k in ("prompt_len", "max_new_tokens") if isinstance(meta.get(k), int))
+
+    def breakdown(self, completions, problems, columns):
+        """Each eval metric by bug kind: {'exact_match/missing_colon': mean, ...}."""
+        out = {}
+        for name, fn in sorted(self.eval_metrics.items()):
+            for bug, score in by_bug(fn, completions, problems, columns).items():
+                out["%s/%s" % (name, bug)] = score
+        return out
+
+
+def by_bug(fn, completions, problems, columns):
+    """{bug kind: mean of fn(completion, reference, prompt)} over the problems of each kind, in BUG_KINDS order."""
+    scores = OrderedDict((bug, []) for bug in BUG_KINDS)
+    for c, (p, r), col in zip(completions, problems, columns):
+        scores[col["bug"]].append(fn(c, r, p))
+    return OrderedDict((bug, float(np.mean(v))) for bug, v in scores.items() if v)

@@ -1,0 +1,96 @@
+"""The pyfix task (issue 42): its program generator, its split, its rewards and a short run of `train`."""
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+from grpo_edge.core.models import build_model
+from grpo_edge.tasks import get_task
+from grpo_edge.tasks.pyfix import PROMPT_END, PyFixTask
+from grpo_edge.tasks.pyfix_programs import BUG_KINDS, TEMPLATES, fails, make_split
+from grpo_edge.tasks.rewards import parses, similarity
+from tests.conftest import cli_in
+
+
+@pytest.fixture(scope="module")
+def split():
+    return make_split()
+
+
+def test_the_split_is_the_same_every_time_and_its_test_functions_are_held_out(split):
+    train, test = split
+    assert (train, test) == make_split()                     # no training seed in it: the same for every seed
+    assert len(train) == 2000 and len(test) == 300
+    assert not set(p.fixed for p in test) & set(p.fixed for p in train)
+    for pairs in (train, test):
+        kinds = Counter(p.bug for p in pairs)
+        assert set(kinds) == set(BUG_KINDS) and min(kinds.values()) >= len(pairs) // 30, kinds
+    assert set(p.template for p in test) == set(t[0] for t in TEMPLATES)     # every kind of function is tested
+    assert make_split(split_seed=1)[1] != test
+
+
+def test_every_fix_passes_its_asserts_and_every_broken_program_fails_them(split):
+    for p in split[0][:400] + split[1]:
+        assert p.broken != p.fixed and fails(p.broken, p.tests), p
+        assert not fails(p.fixed, p.tests), p
+        assert p.tests.startswith("assert ") and len(p.tests.splitlines()) >= 3
+    syntax = Counter(p.bug for p in split[1] if not parses(p.broken))
+    assert set(syntax) == {"missing_colon", "indentation", "bracket", "misspelling"}, syntax
+
+
+def test_parses_and_similarity_rewards():
+    assert parses("def f(x):\n    return x") == 1.0
+    assert parses("def f(x)\n    return x") == 0.0 and parses("x = 1\n  y = 2") == 0.0 and parses("a\0") == 0.0
+    assert parses("while True: pass") == 1.0                # parsed, never run
+    assert parses("") == 0.0 and parses("  \n") == 0.0      # an empty answer parses but fixes nothing
+    fix = "def f(x):\n    return x + 1"
+    assert similarity(fix, fix) == 1.0 and similarity("", "") == 1.0 and similarity("", fix) == 0.0
+    partly = similarity("def f(x):\n    return x", fix)
+    assert 0.8 < partly < 1.0
+    assert similarity("def f(x):\nreturn x + 1", fix) < 1.0            # whitespace counts (indentation bugs)
+
+
+def test_the_task_its_prompts_columns_and_errors():
+    task = get_task("pyfix", {"n_train": 50, "n_test": 20})
+    assert isinstance(task, PyFixTask) and len(task.train_problems) == 50 and len(task.test_problems) == 20
+    prompt, fix = task.train_problems[0]
+    assert prompt.endswith(PROMPT_END) and not fix.endswith("\n")
+    assert set(task.train_columns[0]) == {"tests", "bug", "template", "answer"}
+    x = task.encode_inputs([prompt, "def f():\n    pass" + PROMPT_END])
+    assert x.shape == (2, task.prompt_len) and x[1, 0].item() == 0          # left-padded
+    assert task.model_kwargs()["max_len"] >= task.prompt_len + task.max_new_tokens - 1
+    from grpo_edge.errors import ConfigError
+    with pytest.raises(ConfigError, match="a program of 500 characters is longer than"):
+        task.encode_inputs(["x" * 500 + PROMPT_END])
+    with pytest.raises(ConfigError, match="task.max_new_tokens=10 cannot hold the longest fixed program"):
+        PyFixTask({"n_train": 20, "n_test": 5, "max_new_tokens": 10})
+    with pytest.raises(ConfigError, match=r"task.test_fraction must be in \(0, 1\)"):
+        PyFixTask({"test_fraction": 1.5})
+
+
+def test_rollout_rewards_by_name_and_evaluate_by_bug_kind():
+    task = PyFixTask({"n_train": 40, "n_test": 21, "max_new_tokens": 160})
+    torch.manual_seed(0)
+    policy = build_model("micro-gpt", d_model=32, n_layer=1, n_head=2, **task.model_kwargs())
+    r = task.rollout(policy, num_groups=2, group_size=3, generator=torch.Generator().manual_seed(0))
+    assert set(r.reward_parts) == {"exact_match", "parses", "similarity"} and r.rewards.shape == (6,)
+    result = task.evaluate(policy)
+    assert result["n"] == 21 and 0.0 <= result["similarity"] <= 1.0
+    kinds = [k.split("/", 1)[1] for k in result if k.startswith("exact_match/")]
+    assert kinds == [b for b in BUG_KINDS if any(c["bug"] == b for c in task.test_columns)]
+
+
+def test_train_pyfix_picks_its_recipe_and_warm_starts(tmp_path):
+    r = cli_in(tmp_path, "train", "--set", "task.name=pyfix", "--set", "task.n_train=64", "--set", "task.n_test=16",
+               "--set", "model.d_model=32", "--set", "model.n_layer=1", "--set", "training.steps=2",
+               "--set", "training.batch_size=4", "--set", "grpo.group_size=2", "--set", "training.warm_start_epochs=1",
+               "--set", "training.eval_n=16", "--save_dir", "run")
+    assert r.returncode == 0, r.stderr
+    assert "recipe: configs/pyfix.yaml, pyfix's own" in r.stderr + r.stdout
+    assert "warm start: exact_match" in r.stdout + r.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["task"] == "pyfix" and summary["eval"]["n"] == 16
+    assert set(k.split("/")[0] for k in summary["eval"] if "/" in k) == {"exact_match", "parses", "similarity"}
+    state = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
+    assert state["task"] == "pyfix" and state["task_meta"]["prompt_end"] == PROMPT_END
