@@ -13,7 +13,7 @@ import grpo_edge
 
 PKG = Path(grpo_edge.__file__).resolve().parent
 # layer of each top-level module or sub-package of grpo_edge
-LAYER = {"runtime": 0, "errors": 0, "report": 0, "progress": 0, "profiles": 0, "calibration": 0,
+LAYER = {"runtime": 0, "errors": 0, "sandbox": 0, "report": 0, "progress": 0, "profiles": 0, "calibration": 0,
          "core": 1, "tasks": 2, "data": 2, "config": 3,
          "export": 4, "online": 4, "training_run": 4, "resume": 4, "sizes": 4,
          "plots": 4, "utils": 4, "targets": 5, "bench": 6, "cli": 7}
