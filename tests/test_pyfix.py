@@ -74,7 +74,7 @@ def test_rollout_rewards_by_name_and_evaluate_by_bug_kind():
     torch.manual_seed(0)
     policy = build_model("micro-gpt", d_model=32, n_layer=1, n_head=2, **task.model_kwargs())
     r = task.rollout(policy, num_groups=2, group_size=3, generator=torch.Generator().manual_seed(0))
-    assert set(r.reward_parts) == {"exact_match", "parses", "similarity"} and r.rewards.shape == (6,)
+    assert set(r.reward_parts) == {"tests_pass", "parses", "similarity"} and r.rewards.shape == (6,)
     result = task.evaluate(policy)
     assert result["n"] == 21 and 0.0 <= result["similarity"] <= 1.0
     kinds = [k.split("/", 1)[1] for k in result if k.startswith("exact_match/")]
@@ -88,9 +88,38 @@ def test_train_pyfix_picks_its_recipe_and_warm_starts(tmp_path):
                "--set", "training.eval_n=16", "--save_dir", "run")
     assert r.returncode == 0, r.stderr
     assert "recipe: configs/pyfix.yaml, pyfix's own" in r.stderr + r.stdout
-    assert "warm start: exact_match" in r.stdout + r.stderr
+    assert "warm start: fix_rate" in r.stdout + r.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["task"] == "pyfix" and summary["eval"]["n"] == 16
-    assert set(k.split("/")[0] for k in summary["eval"] if "/" in k) == {"exact_match", "parses", "similarity"}
+    assert set(k.split("/")[0] for k in summary["eval"] if "/" in k) == {"fix_rate", "exact_match", "parses",
+                                                                         "similarity", "sandbox"}
+    assert summary["metric"] == "fix_rate" and 0.0 <= summary["eval"]["fix_rate"] <= 1.0
     state = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
     assert state["task"] == "pyfix" and state["task_meta"]["prompt_end"] == PROMPT_END
+
+
+def test_the_fix_rate_runs_each_fix_with_its_tests_in_the_sandbox():
+    task = PyFixTask({"n_train": 20, "n_test": 60})
+    refs = [r for _, r in task.test_problems]
+    broken = [p[:-len(PROMPT_END)] for p, _ in task.test_problems]
+    good = task.breakdown(refs, task.test_problems, task.test_columns)
+    assert good["fix_rate"] == 1.0 and good["sandbox/ok"] == 60 and good["fix_rate/operator"] == 1.0
+    bad = task.breakdown(broken, task.test_problems, task.test_columns)
+    assert bad["fix_rate"] == 0.0 and bad["sandbox/syntax"] + bad["sandbox/failed"] == 60
+    assert "sandbox/ok" not in bad and bad["parses/missing_colon"] == 0.0
+
+
+def test_tests_pass_scores_hostile_fixes_zero_and_counts_why(tmp_path):
+    from grpo_edge.tasks.rewards import SANDBOX_REASONS, tests_pass
+    marker = tmp_path / "touched"
+    hostile = ["def add(a, b):\n    while True:\n        pass",
+               "import os\ndef add(a, b):\n    os.fork()\n    return a + b",
+               "def add(a, b):\n    open(%r, 'w').write('x')\n    return a + b" % str(marker),
+               "import sys\ndef add(a, b):\n    return a + b\nsys.exit(0)",
+               "def add(a, b):\n    return a + b"]
+    before = SANDBOX_REASONS.copy()
+    scores = tests_pass(hostile, tests=["assert add(2, 3) == 5"] * 5)
+    assert scores == [0.0, 0.0, 0.0, 0.0, 1.0] and not marker.exists()
+    seen = SANDBOX_REASONS - before
+    assert seen["forbidden"] == 2 and seen["ok"] == 1 and seen["exit"] == 1 and seen["cpu"] + seen["timeout"] == 1
+    assert tests_pass(["x = 1", "x = 2"], tests=["assert x == 1", None]) == [1.0, None]

@@ -11,9 +11,11 @@ wrong return) and the few asserts the fixed function passes; the asserts are dat
 `bug` and `template`), never shown to the model. The prompt is the broken program followed by PROMPT_END;
 the completion is the whole fixed program.
 
-Rewards, in TRL's convention and each logged by name: `parses` (ast.parse, nothing run), `similarity` (to the
-reference fix, so that a partly right answer counts) and `exact_match`. `eval_metrics` also reports them by
-bug kind (`parses/missing_colon`, ...).
+Rewards, in TRL's convention and each logged by name: `tests_pass` (the completion and its asserts run in
+grpo_edge.sandbox: a separate, limited process), `parses` (ast.parse, nothing run) and `similarity` (to the
+reference fix, so that a partly right answer counts). The metric is the held-out fix rate: the share of test
+programs whose fix passes its asserts in the sandbox; evaluate() also gives it and the other metrics by bug
+kind (`fix_rate/missing_colon`, ...) and the sandbox's reasons (`sandbox/syntax`, `sandbox/failed`, ...).
 """
 from collections import OrderedDict
 
@@ -23,7 +25,7 @@ import torch
 from grpo_edge.core.tokenizer import PAD, CharTokenizer
 from grpo_edge.errors import ConfigError
 from grpo_edge.tasks.pyfix_programs import BUG_KINDS, make_split
-from grpo_edge.tasks.rewards import exact_match, parses, similarity
+from grpo_edge.tasks.rewards import exact_match, parses, run_tests, similarity
 from grpo_edge.tasks.text_base import TextTask, cfg_get
 
 PROMPT_END = "\n# fix\n"
@@ -33,7 +35,7 @@ MAX_PROGRAM_CHARS = 400          # the longest program the task (and a deployed 
 
 
 class PyFixTask(TextTask):
-    """Repair small broken Python functions: ~2,000 generated pairs, seven kinds of bug, held-out functions.
+    """Repair small broken Python functions: ~2,000 generated pairs, 7 bug kinds, tests run in a sandbox.
 
     Config keys (``task`` section), all optional:
       n_train (2000)         train pairs (function, bug)
@@ -43,15 +45,15 @@ class PyFixTask(TextTask):
       prompt_len (auto)      padded prompt length; default and minimum: the longest broken program + PROMPT_END
       max_new_tokens (auto)  generation budget; default and minimum: the longest fixed program + EOS
       temperature (1.0)      sampling temperature of rollouts
-      rewards ({"exact_match": 1.0, "parses": 0.2, "similarity": 0.5})   weighted rewards (built-ins or
+      rewards ({"tests_pass": 1.0, "parses": 0.1, "similarity": 0.3})   weighted rewards (built-ins or
                              "module.path:fn"; TRL-style ones get the columns tests, bug, template, answer)
       reward (None)          one more user reward "module.path:fn", weight 1.0
       reward_errors ("raise") "raise" or "skip" a reward that raises or returns NaN/inf
       eval_size (0)          test pairs scored by evaluate(n=0); 0 = all
     """
     name = "pyfix"
-    metric_name = "exact_match"
-    default_rewards = {"exact_match": 1.0, "parses": 0.2, "similarity": 0.5}
+    metric_name = "fix_rate"
+    default_rewards = {"tests_pass": 1.0, "parses": 0.1, "similarity": 0.3}
     defaults = {"n_train": 2000, "n_test": 300, "test_fraction": 0.2, "split_seed": 0, "prompt_len": None,
                 "max_new_tokens": None, "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
                 "reward_errors": "raise", "eval_size": 0}
@@ -115,17 +117,27 @@ class PyFixTask(TextTask):
         return dict((k, meta[k]) for k in ("prompt_len", "max_new_tokens") if isinstance(meta.get(k), int))
 
     def breakdown(self, completions, problems, columns):
-        """Each eval metric by bug kind: {'exact_match/missing_colon': mean, ...}."""
-        out = {}
+        """The fix rate (tests pass in the sandbox), it and each eval metric by bug kind ('fix_rate/indentation'),
+        and how many programs ended for each of the sandbox's reasons ('sandbox/failed')."""
+        reasons = run_tests(completions, [c["tests"] for c in columns])
+        scores = {"fix_rate": [float(why == "ok") for why in reasons]}
         for name, fn in sorted(self.eval_metrics.items()):
-            for bug, score in by_bug(fn, completions, problems, columns).items():
+            scores[name] = [fn(c, r, p) for c, (p, r) in zip(completions, problems)]
+        out = {"fix_rate": float(np.mean(scores["fix_rate"]))}
+        bugs = [c["bug"] for c in columns]
+        for name, values in scores.items():
+            for bug, score in by_bug(values, bugs).items():
                 out["%s/%s" % (name, bug)] = score
+        for why in sorted(set(reasons)):
+            out["sandbox/" + why] = float(reasons.count(why))
         return out
 
 
-def by_bug(fn, completions, problems, columns):
-    """{bug kind: mean of fn(completion, reference, prompt)} over the problems of each kind, in BUG_KINDS order."""
-    scores = OrderedDict((bug, []) for bug in BUG_KINDS)
-    for c, (p, r), col in zip(completions, problems, columns):
-        scores[col["bug"]].append(fn(c, r, p))
-    return OrderedDict((bug, float(np.mean(v))) for bug, v in scores.items() if v)
+def by_bug(values, bugs):
+    """{bug kind: mean of values over the samples of that kind}, in BUG_KINDS order (kinds present only)."""
+    out = OrderedDict()
+    for kind in BUG_KINDS:
+        mine = [v for v, b in zip(values, bugs) if b == kind]
+        if mine:
+            out[kind] = float(np.mean(mine))
+    return out

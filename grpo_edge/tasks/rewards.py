@@ -19,6 +19,9 @@ Built-ins:
 - ``parses``: 1.0 when the completion is non-blank Python that ``ast.parse`` accepts (nothing is run), else 0.0.
 - ``similarity``: difflib's ratio of the completion to the reference, whitespace included, in [0, 1] (the
   pyfix task's "closeness to the reference fix": an indentation fix counts, as chrF's would not).
+- ``tests_pass`` (TRL's form, a ``tests`` column): 1.0 where the completion followed by its record's tests runs
+  to its end and exits 0 in ``grpo_edge.sandbox`` (a separate, limited process), else 0.0; ``None`` for a
+  record without tests. Programs that do not parse are not run; a program is run once (the last 20,000 kept).
 
 A config names rewards with weights, e.g. ``rewards: {exact_match: 1.0, format: 0.1}``; a user callable
 is named ``"mypkg.rewards:fn"`` (``load_reward``). ``WeightedRewards.check`` calls each on a few samples when
@@ -32,7 +35,7 @@ import math
 import re
 import warnings
 from collections import Counter
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -109,12 +112,44 @@ def similarity(completion: str, reference: str, prompt: str = "") -> float:
     return difflib.SequenceMatcher(None, completion, reference, autojunk=False).ratio()
 
 
+SANDBOX_REASONS = Counter()     # why tests_pass scored what it did, over the process' life: {reason: n}
+_REASON_CACHE = {}              # program -> the sandbox's reason: a program the policy writes again is not rerun
+_REASON_CACHE_SIZE = 20000
+
+
+def run_tests(completions: Sequence[str], tests: Sequence[str]) -> List[str]:
+    """The sandbox's reason for each completion + its tests ("ok" where they pass; "syntax" for a completion
+    that does not parse, which is not run); each distinct program runs once, the programs in parallel."""
+    from grpo_edge.sandbox import run_many
+    programs = [c.rstrip("\n") + "\n\n" + t + "\n" for c, t in zip(completions, tests)]
+    todo = sorted(set(p for c, p in zip(completions, programs) if parses(c) and p not in _REASON_CACHE))
+    if len(_REASON_CACHE) + len(todo) > _REASON_CACHE_SIZE:
+        _REASON_CACHE.clear()
+    _REASON_CACHE.update(zip(todo, (r.reason for r in run_many(todo))) if todo else ())
+    out = [_REASON_CACHE.get(p, "syntax") for p in programs]
+    SANDBOX_REASONS.update(out)
+    return out
+
+
+def tests_pass(completions, tests=None, **columns) -> List[Optional[float]]:
+    """TRL's form: 1.0 where the completion, then its record's `tests`, passes in the sandbox; None without tests."""
+    if tests is None:
+        raise ConfigError("reward tests_pass needs a `tests` column in the data (asserts the answer must pass)")
+    have = [i for i, t in enumerate(tests) if isinstance(t, str) and t.strip()]
+    reasons = run_tests([completions[i] for i in have], [tests[i] for i in have])
+    out = [None] * len(completions)
+    for i, reason in zip(have, reasons):
+        out[i] = 1.0 if reason == "ok" else 0.0
+    return out
+
+
 BUILTIN_REWARDS = {
     "exact_match": exact_match,
     "format": format_reward,
     "chrf": chrf,
     "parses": parses,
     "similarity": similarity,
+    "tests_pass": tests_pass,
 }
 
 
