@@ -33,6 +33,8 @@ def text_config(state: dict) -> dict:
            "input_len": int(meta["input_shape"][0]), "padding": meta.get("padding", "left"),
            "max_new_tokens": int(meta["max_new_tokens"]), "max_len": int(mc["max_len"]),
            "task": state.get("task")}
+    if isinstance(meta.get("prompt_end"), str):     # what ends a program the runner reads (task pyfix)
+        cfg["prompt_end"] = meta["prompt_end"]
     if arch == "micro-gpt":
         cfg["cache"] = [int(mc["n_layer"]), int(mc["n_head"]), int(mc["d_model"]) // int(mc["n_head"])]
     return cfg

@@ -102,6 +102,8 @@ def text_metric(task, completions, problems) -> float:
 
     What task.evaluate reports, computed on completions from any runtime (the ONNX generation loop).
     """
+    if hasattr(task, "metric_of"):                 # a metric that needs more than (completion, reference, prompt)
+        return float(task.metric_of(completions, problems))
     prompts, refs = [p for p, _ in problems], [r for _, r in problems]
     fn = getattr(task, "eval_metrics", {}).get(task.metric_name)
     if fn is not None:

@@ -14,6 +14,7 @@ Text models (a tokenizer.json in this folder; the decoding loop is in textgen.py
     python3 runner.py --text "12+7="                          # prints the greedy completion: 19
     python3 runner.py --prompts prompts.txt --json            # one prompt per line (- for stdin)
     python3 runner.py --bench --runs 200                      # per-token and per-completion median latency
+    python3 runner.py --program broken.py                     # a code-fixing model (pyfix): prints the fix
 
 The default model is the one deploy.json marks as chosen (fp32 or int8, picked by measurement), or the one
 `--choose` picked on this device (device_choice.json: deploy.json and MANIFEST.sha256 stay as shipped).
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -456,7 +458,8 @@ def run_text(args, path, cfg):
 
 
 def read_prompts(src):
-    """[(where, prompt)] from a file or stdin (-), one prompt per line, blank lines skipped."""
+    """[(where, prompt)] from a file or stdin (-), one prompt per line, blank lines skipped; in a .jsonl file
+    each line is one JSON string (a prompt that spans lines: a program)."""
     if not src:
         return []
     if src != "-" and not os.path.isfile(src):
@@ -468,7 +471,71 @@ def read_prompts(src):
     except UnicodeDecodeError as e:
         raise InputError("%s is not UTF-8 text (%s)" % ("stdin" if src == "-" else src, e.reason))
     where = "stdin" if src == "-" else src
-    return [("%s line %d" % (where, n), p) for n, p in enumerate(lines, 1) if p.strip()]
+    out = [("%s line %d" % (where, n), p) for n, p in enumerate(lines, 1) if p.strip()]
+    if src.endswith(".jsonl"):
+        out = [(w, _json_string(p, w)) for w, p in out]
+    return out
+
+
+def _json_string(line, where):
+    try:
+        value = json.loads(line)
+    except ValueError:
+        value = None
+    if not isinstance(value, str):
+        raise InputError("%s is not a JSON string (a .jsonl prompts file holds one a line)" % where)
+    return value
+
+
+MAX_PROGRAM_BYTES = 1 << 20
+
+
+def read_program(src, cfg):
+    """The Python program to fix, from a file or stdin (-), as the model reads it: UTF-8 text, CRLF and tabs
+    made LF and 4 spaces, outer blank lines dropped. Anything the model cannot take is one InputError."""
+    where = "stdin" if src == "-" else src
+    if src != "-" and not os.path.isfile(src):
+        raise InputError("program file not found: %s" % src)
+    if src != "-" and os.path.getsize(src) > MAX_PROGRAM_BYTES:
+        raise InputError("%s is %d bytes: this model fixes small functions, at most %d characters"
+                         % (where, os.path.getsize(src), _program_room(cfg)))
+    f = sys.stdin.buffer if src == "-" else open(src, "rb")
+    with f:
+        data = f.read(MAX_PROGRAM_BYTES + 1)
+    if b"\0" in data:
+        raise InputError("%s is binary, not a Python program" % where)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError("%s is not UTF-8 text, so not a Python program" % where)
+    text = text.replace("\r\n", "\n").expandtabs(4).strip("\n").rstrip()
+    if not text.strip():
+        raise InputError("%s is empty: there is no program to fix" % where)
+    if len(text) > _program_room(cfg):
+        raise InputError("%s has %d characters: this model fixes programs of at most %d"
+                         % (where, len(text), _program_room(cfg)))
+    unknown = sorted(set(c for c in text if c not in cfg["chars"]))
+    if unknown:
+        raise InputError("%s has characters this model does not know: %s" % (where, json.dumps("".join(unknown))))
+    if not re.search(r"^\w+ +\w+ *\(", text, re.M):            # a def header, maybe misspelt: "dfe add(a, b)"
+        raise InputError("%s does not look like a Python function (no def line): this model fixes small functions"
+                         % where)
+    return text
+
+
+def _program_room(cfg):
+    return int(cfg["input_len"]) - len(cfg.get("prompt_end", ""))
+
+
+def run_program(args, path, cfg):
+    """--program: the suggested fix of one Python file (a code-fixing model, tokenizer.json has prompt_end)."""
+    if "prompt_end" not in cfg:
+        raise InputError("--program needs a code-fixing model (task pyfix); this one is %s: use --text"
+                         % cfg.get("task", "a text model"))
+    program = read_program(args.program, cfg)
+    gen = text_generator(path, cfg, reference=args.reference, threads=args.threads)
+    fix = gen.complete([program + cfg["prompt_end"]])[0]
+    return {"program": program, "fix": fix, "changed": fix != program}
 
 
 def check_text(cfg, threads=1):
@@ -533,6 +600,8 @@ def parse_args(argv=None):
     ap.add_argument("--text", action="append", help="text models: a prompt to complete (repeatable)")
     ap.add_argument("--prompts", default=None, help="text models: file with one prompt per line, - for stdin")
     ap.add_argument("--batch-size", type=int, default=64, help="text models: prompts decoded together (>= 1)")
+    ap.add_argument("--program", default=None, help="code-fixing models: a Python file to fix (- for stdin); "
+                                                    "prints the suggested fix")
     args = ap.parse_args(argv)
     for flag, value, low in (("--runs", args.runs, 1), ("--warmup", args.warmup, 0), ("--threads", args.threads, 1),
                              ("--batch-size", args.batch_size, 1)):
@@ -563,6 +632,10 @@ def run(args):
     if not os.path.isabs(path) and not os.path.exists(os.path.join(os.getcwd(), path)):
         path = os.path.join(HERE, path)
     text = text_config()
+    if text is not None and args.program:
+        result = run_program(args, path, text)
+        print(json.dumps(result) if args.json else result["fix"])
+        return 0
     if text is not None:
         return print_text(run_text(args, path, text), args.json)
     if not os.path.exists(path):

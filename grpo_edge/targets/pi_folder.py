@@ -62,7 +62,10 @@ def write_readme(out, rep) -> None:
              "Made by `grpo-edge deploy --target %s` from `%s`. The runner needs Python 3 with numpy and "
              "onnxruntime only (no torch, no grpo-edge).\n" % (cfg["target"], cfg["source"]),
              _INSTALL, check_section(cfg, out, tok is not None)]
-    parts += _text_sections(tok) if tok else _policy_sections(cfg, out)
+    if tok and "prompt_end" in tok:
+        parts += _fixer_sections(tok, rep)
+    else:
+        parts += _text_sections(tok) if tok else _policy_sections(cfg, out)
     parts += [_CHOICE % (cfg["chosen"], cfg["why"]), _measure(rep, tok), _FILES]
     atomic_write_text(out / "README.md", "\n".join(parts))
 
@@ -178,6 +181,33 @@ def _text_sections(tok) -> list:
         "## Outputs\n",
         "- One greedy completion per prompt, up to %d new characters (`--json`: prompts and completions)." % (
             tok["max_new_tokens"]), ""])]
+
+
+def _fixer_sections(tok, rep) -> list:
+    """Run / inputs / what it fixes, for a code-fixing model (task pyfix: tokenizer.json has prompt_end)."""
+    sim = rep.sections.get("simulation") or {}
+    by_bug = dict((k.split("/", 1)[1], v) for k, v in ((sim.get("fp32") or {}).get("breakdown") or {}).items()
+                  if k.startswith("fix_rate/"))
+    fig = rep.figures.get("metric_onnx_fp32")
+    rows = ["| %s | %.2f |" % (bug.replace("_", " "), v) for bug, v in by_bug.items()]
+    room = int(tok["input_len"]) - len(tok["prompt_end"])
+    return ["\n".join([
+        "## Run\n", "```", "python3 runner.py --program example_broken.py       # prints the suggested fix",
+        "cat my_function.py | python3 runner.py --program -", "python3 runner.py --program example_broken.py --json",
+        "```\n",
+        "## Inputs\n",
+        "- One small Python function (a file, or `-` for stdin) of at most %d characters, with the characters of "
+        "tokenizer.json; tabs become 4 spaces. An empty, binary, non-UTF-8, too long or non-Python file is one "
+        "`error:` line and exit 2." % room, "",
+        "## What it fixes\n",
+        "One bug a student makes in a small function: a missing colon, wrong indentation, an unbalanced bracket, a "
+        "misspelt name or keyword, a wrong operator, an off-by-one constant, a wrong return. It reads the function "
+        "and writes it whole, fixed; it never runs it. It cannot fix several bugs at once, programs longer than "
+        "it reads, code unlike the small functions it was trained on, or a bug whose fix the function's name does "
+        "not tell. Its measured fix rate (the fixed function passes its own tests, on %s held-out functions, "
+        "runner.py with model.onnx on the deploying host): %s.\n" % (
+            sim.get("n_prompts", "?"), "%.2f" % fig.value if fig is not None else "?"),
+        "| bug | fix rate |", "|---|---|"] + rows + [""])]
 
 
 def _measure(rep, tok) -> str:

@@ -59,6 +59,7 @@ class _HeldOut:
     problems: list
     prompts: list
     expected: list
+    file: str = "prompts.txt"       # prompts.jsonl (one JSON string a line) when a prompt spans lines
 
 
 def _export(model, cfg, out, rep) -> dict:
@@ -78,7 +79,10 @@ def _write_folder(model, task, cfg, out, opts) -> _HeldOut:
     completions of them (what the runner must reproduce)."""
     runtime.ship(out, TEXT_RUNTIME)
     atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
-    return write_golden_prompts(model, task, cfg, out, opts["eval_n"])
+    held = write_golden_prompts(model, task, cfg, out, opts["eval_n"])
+    if "prompt_end" in cfg:                 # a code-fixing model: a broken program to try `--program` on
+        atomic_write_text(out / "example_broken.py", held.prompts[0][:-len(cfg["prompt_end"])] + "\n")
+    return held
 
 
 def write_golden_prompts(model, task, cfg, out, n) -> _HeldOut:
@@ -90,12 +94,14 @@ def write_golden_prompts(model, task, cfg, out, n) -> _HeldOut:
     prompts = [p for p, _ in problems]
     cfg["example_prompt"] = prompts[0]
     atomic_write_text(out / "tokenizer.json", json.dumps(cfg, indent=2, ensure_ascii=False))
-    atomic_write_text(out / "prompts.txt", "".join(p + "\n" for p in prompts))
+    name = "prompts.jsonl" if any("\n" in p for p in prompts) else "prompts.txt"
+    atomic_write_text(out / name, "".join((json.dumps(p, ensure_ascii=False) if name.endswith(".jsonl") else p)
+                                          + "\n" for p in prompts))
     expected = task.greedy_completions(model, prompts)
     atomic_write_text(out / "expected_completions.json", json.dumps(
         {"how": "torch checkpoint, %s.greedy_completions" % type(task).__name__, "prompts": prompts,
          "completions": expected, "references": [r for _, r in problems]}, indent=1, ensure_ascii=False))
-    return _HeldOut(problems, prompts, expected)
+    return _HeldOut(problems, prompts, expected, name)
 
 
 def _quantize(cfg, files, task, out, opts, rep) -> dict:
@@ -137,15 +143,17 @@ def _simulate(out, task, held, opts, rep):
     sim, metrics = {}, {"torch": text_metric(task, held.expected, held.problems)}
     for tag, name, reference in (("fp32", "model.onnx", False), ("int8", "model.int8.onnx", True),
                                  ("int8_ort_optimized", "model.int8.onnx", False)):
-        got = run_runner(out, ["--model", name, "--prompts", "prompts.txt", "--json"]
+        got = run_runner(out, ["--model", name, "--prompts", held.file, "--json"]
                           + (["--reference"] if reference else []))["completions"]
         sim[tag] = {"agreement_with_torch": float(np.mean([a == b for a, b in zip(got, held.expected)])),
                     "examples": [[p, c] for p, c in zip(held.prompts[:3], got[:3])]}
         metrics["onnx_" + tag] = text_metric(task, got, held.problems)
+        if hasattr(task, "columns_of"):                 # the metric by kind of problem (pyfix: by bug)
+            sim[tag]["breakdown"] = task.breakdown(got, held.problems, task.columns_of(held.problems))
     n = len(held.prompts)
     rep.add("sim_fp32_agreement", sim["fp32"]["agreement_with_torch"], "fraction", "measured-host",
-            "runner.py --prompts prompts.txt (%d held-out prompts, greedy) vs the torch checkpoint's greedy "
-            "completions: fraction identical" % n)
+            "runner.py --prompts %s (%d held-out prompts, greedy) vs the torch checkpoint's greedy "
+            "completions: fraction identical" % (held.file, n))
     rep.add("sim_int8_agreement", sim["int8"]["agreement_with_torch"], "fraction", "measured-host",
             "runner.py --reference on model.int8.onnx vs torch greedy completions, %d prompts" % n)
     for k, v in metrics.items():

@@ -116,6 +116,17 @@ class PyFixTask(TextTask):
         """The lengths a checkpoint was trained with."""
         return dict((k, meta[k]) for k in ("prompt_len", "max_new_tokens") if isinstance(meta.get(k), int))
 
+    def columns_of(self, problems):
+        """The data columns of given (prompt, reference) problems of either split, found by their prompt."""
+        if not hasattr(self, "_by_prompt"):
+            self._by_prompt = dict((p, c) for split in ("train", "test")
+                                   for (p, _), c in zip(self.problems(split), self.columns(split)))
+        return [self._by_prompt[p] for p, _ in problems]
+
+    def metric_of(self, completions, problems):
+        """The fix rate of completions of (prompt, reference) problems from any runtime (a deploy's runner)."""
+        return self.breakdown(completions, problems, self.columns_of(problems))["fix_rate"]
+
     def breakdown(self, completions, problems, columns):
         """The fix rate (tests pass in the sandbox), it and each eval metric by bug kind ('fix_rate/indentation'),
         and how many programs ended for each of the sandbox's reasons ('sandbox/failed')."""
