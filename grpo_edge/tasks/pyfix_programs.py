@@ -26,16 +26,24 @@ BUG_KINDS = ("missing_colon", "indentation", "bracket", "misspelling", "operator
 
 # A template: (name, function names, source with {f} and the names of NAMES / CONSTS, argument tuples to test).
 # Argument tuples are Python literals; expected values come from running the reference.
-NAMES = {
-    "a": ("a", "x", "m", "first", "left", "p"),
-    "b": ("b", "y", "n", "second", "right", "q"),
-    "n": ("n", "k", "num", "value", "count", "limit"),
-    "xs": ("xs", "items", "nums", "values", "data", "lst"),
-    "x": ("x", "item", "v", "num", "element", "e"),
-    "s": ("s", "text", "word", "line", "name", "msg"),
-    "acc": ("total", "result", "acc", "out", "answer", "res"),
-    "i": ("i", "j", "idx", "pos", "t", "step"),
-    "ch": ("ch", "c", "letter", "char", "symbol", "ltr"),
+NAMES = {      # many names a role may take, so that the model learns to copy names rather than to recall them
+    "a": ("a", "x", "m", "first", "left", "p", "u", "lhs", "one", "base", "x1", "val_a", "top", "big", "w", "h"),
+    "b": ("b", "y", "n", "second", "right", "q", "v", "rhs", "two", "other", "x2", "val_b", "bottom", "small", "z",
+          "r"),
+    "n": ("n", "k", "num", "value", "count", "limit", "size", "amount", "number", "stop", "upto", "level", "depth",
+          "times", "big_n", "top_n"),
+    "xs": ("xs", "items", "nums", "values", "data", "lst", "arr", "seq", "elements", "numbers", "things", "vals",
+           "collection", "row", "pool", "bag"),
+    "x": ("x", "item", "v", "num", "element", "e", "val", "entry", "thing", "obj", "piece", "cur", "el", "current",
+          "member", "unit"),
+    "s": ("s", "text", "word", "line", "name", "msg", "string", "phrase", "label", "title", "sentence", "chars",
+          "src", "token", "who", "person"),
+    "acc": ("total", "result", "acc", "out", "answer", "res", "running", "tally", "score", "sofar", "agg", "found",
+            "best", "keep", "ret", "r_val"),
+    "i": ("i", "j", "idx", "pos", "t", "step", "index", "ii", "cnt", "pointer", "loc", "at", "place", "spot", "slot",
+          "jj"),
+    "ch": ("ch", "c", "letter", "char", "symbol", "ltr", "glyph", "mark", "sym", "l", "cc", "one_char", "chr_", "bit",
+           "key", "target"),
 }
 CONSTS = {"k": (2, 3, 4, 5, 7, 10)}
 
@@ -140,13 +148,13 @@ _KEYWORDS = set(KEYWORD_TYPOS) | {"not", "and", "or", "None", "len", "sum", "ran
 def fill(template, rng):
     """One function of `template` (a TEMPLATES row): (source, the argument tuples with constants filled)."""
     _, fnames, source, args = template
-    choice, taken = {}, set()
-    for key in sorted(NAMES):                       # distinct roles get distinct names
+    choice = {"k": rng.choice(CONSTS["k"])}
+    choice["f"] = rng.choice(fnames).format(k=choice["k"])
+    taken = {choice["f"]}
+    for key in sorted(NAMES):                       # distinct roles get distinct names, none the function's
         values = [v for v in NAMES[key] if v not in taken]
         choice[key] = rng.choice(values)
         taken.add(choice[key])
-    choice["k"] = rng.choice(CONSTS["k"])
-    choice["f"] = rng.choice(fnames).format(k=choice["k"])
     return source.format(**choice), [a.format(k=choice["k"]) for a in args]
 
 
@@ -299,7 +307,7 @@ def _pairs(funcs, n, rng):
     return out
 
 
-def make_split(n_train=2000, n_test=300, test_fraction=0.2, split_seed=0, per_template=40):
+def make_split(n_train=2000, n_test=300, test_fraction=0.2, split_seed=0, per_template=60):
     """(train pairs, test pairs): the test pairs' functions appear in no train pair."""
     rng = random.Random(split_seed)
     train_funcs, test_funcs = [], []
