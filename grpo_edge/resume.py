@@ -15,7 +15,7 @@ from grpo_edge.errors import ConfigError
 APPLIED = {
     "training": {"steps", "lr", "lr_scaling", "base_batch_size", "lr_schedule", "warmup_steps", "adam_beta1",
                  "adam_beta2", "adam_eps", "weight_decay", "grad_norm_clip", "eval_every", "eval_n", "save_every",
-                 "target_metric", "warm_start_epochs", "warm_start_lr", "gradient_checkpointing", "device", "threads", "amp_dtype",
+                 "target_metric", "warm_start_epochs", "warm_start_lr", "warm_start_schedule", "gradient_checkpointing", "device", "threads", "amp_dtype",
                  "max_memory", "micro_batch_mb",
                  "log_every", "tensorboard", "plot_grad_flow_every"},
     "grpo": {"clip_eps", "clip_eps_high", "loss_type", "importance_level", "scale_rewards", "advantage", "gamma",

@@ -359,3 +359,21 @@ def test_counting_a_model_on_the_meta_device_counts_it_exactly_and_imports_no_co
     assert r.returncode == 0 and lines[0] == "False", r.stdout + r.stderr
     assert len(lines) == 5 and all(" True " in ln for ln in lines[1:]), r.stdout
     assert all(int(ln.split("(")[1].split(",")[0]) > 0 for ln in lines[1:])
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_warm_start_schedule_decays_the_lr_over_its_epochs(schedule):
+    """training.warm_start_schedule: the warm start's second (last) epoch moves the weights less than the
+    first when the lr decays to 0, and about as much under 'constant'."""
+    def moves(name):
+        cfg = {"task": {"name": "arithmetic", "max_operand": 9},
+               "model": {"arch": "micro-gpt", "d_model": 32, "n_layer": 1, "n_head": 2},
+               "training": {"steps": 1, "batch_size": 64, "warm_start_epochs": 2, "warm_start_lr": 1e-3,
+                            "warm_start_schedule": name, "eval_every": 0, "seed": 0}}
+        tr = GRPOTrainer(config=cfg, progress=False)
+        snaps = [_params(tr.policy)]
+        tr.warm_start(on_epoch=lambda e, loss: snaps.append(_params(tr.policy)))
+        return [float((b - a).norm()) for a, b in zip(snaps, snaps[1:])]
+    const, decayed = moves("constant"), moves(schedule)
+    assert const[1] > 0.6 * const[0], const
+    assert decayed[1] < 0.6 * decayed[0] and decayed[1] < 0.6 * const[1], (decayed, const)

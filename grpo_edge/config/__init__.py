@@ -68,6 +68,8 @@ class TrainingConfig:
     """Text tasks: supervised epochs on reference answers before GRPO."""
     warm_start_lr: float = TRAINING["warm_start_lr"]
     """Learning rate of the supervised warm start."""
+    warm_start_schedule: str = TRAINING["warm_start_schedule"]
+    """The warm start's learning rate over its epochs: 'constant', 'linear' (decay to 0) or 'cosine'."""
     amp: bool = TRAINING["amp"]
     """Mixed precision (autocast of the update's forward passes; weights and Adam stay fp32)."""
     amp_dtype: str = TRAINING["amp_dtype"]

@@ -28,6 +28,7 @@ TRAINING = {
     "target_metric": None,
     "warm_start_epochs": 0,
     "warm_start_lr": 1e-3,
+    "warm_start_schedule": "constant",
     "amp": False,
     "amp_dtype": "auto",
     "gradient_checkpointing": 0,
@@ -75,6 +76,7 @@ ADVANTAGES = ("auto", "sequence", "reward_to_go")
 CHOICES = {
     ("training", "lr_scaling"): ("sqrt", "none"),
     ("training", "lr_schedule"): ("constant", "linear", "cosine"),
+    ("training", "warm_start_schedule"): ("constant", "linear", "cosine"),
     ("training", "device"): ("auto", "cpu", "cuda"),
     ("training", "amp_dtype"): ("auto", "float16", "bfloat16"),
     ("grpo", "algo"): ("grpo", "ppo"),

@@ -466,11 +466,16 @@ class Trainer(distributed.ShardedTrainerMixin):
         if epochs <= 0 or self.warm_started or not self.warm_start_applies:
             return []
         opt = self._adam(self.policy.parameters(), float(lr or self.t["warm_start_lr"]))
+        schedule = None
         out = []
         self.policy.train()
         for epoch in range(epochs):
             total, n = 0.0, 0
-            for batch in self.task.warm_start_batches(int(self.t["batch_size"]), self.generator):
+            batches = list(self.task.warm_start_batches(int(self.t["batch_size"]), self.generator))
+            if schedule is None:       # the lr over all the warm start's steps (warm_start_schedule)
+                schedule = adam.LambdaSchedule(opt, lr_lambda(self.t["warm_start_schedule"], 0,
+                                                              epochs * len(batches)))
+            for batch in batches:
                 with self._autocast():
                     loss = self.task.supervised_loss(self.policy, batch)
                 if not math.isfinite(float(loss.detach())):
@@ -481,6 +486,7 @@ class Trainer(distributed.ShardedTrainerMixin):
                 if clip > 0:
                     torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
                 opt.step()
+                schedule.step()
                 total += float(loss.detach())
                 n += 1
             out.append(total / max(1, n))

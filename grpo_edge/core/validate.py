@@ -49,7 +49,7 @@ TRAINING_KEYS = {
     "lr_schedule": "str", "warmup_steps": "int", "adam_beta1": "float", "adam_beta2": "float", "adam_eps": "float",
     "weight_decay": "float", "grad_norm_clip": "float", "grad_accum_steps": "int", "minibatch_size": "int",
     "eval_every": "int", "eval_n": "int", "save_every": "int", "target_metric": "float?",
-    "warm_start_epochs": "int", "warm_start_lr": "float", "amp": "bool", "amp_dtype": "str",
+    "warm_start_epochs": "int", "warm_start_lr": "float", "warm_start_schedule": "str", "amp": "bool", "amp_dtype": "str",
     "gradient_checkpointing": "int",
     "device": "str", "seed": "int", "threads": "int", "log_every": "int", "tensorboard": "bool",
     "plot_grad_flow_every": "int", "micro_batch_mb": "int?", "max_memory": "size?",
