@@ -13,7 +13,7 @@ from grpo_edge.config import choose_recipe
 @pytest.mark.parametrize("env_id, recipe, target", [
     ("CartPole-v1", "classic_control.yaml", 475.0),
     ("Acrobot-v1", "classic_control.yaml", -100.0),
-    ("MountainCarContinuous-v0", "classic_control.yaml", 90.0),
+    ("MountainCar-v0", "classic_control.yaml", -110.0),
     ("LunarLander-v3", "box2d.yaml", 200.0),              # the registry alone: Box2D need not be installed
     ("LunarLanderContinuous-v3", "box2d.yaml", 200.0),
     ("InvertedPendulum-v5", "mujoco_balance.yaml", 950.0),
@@ -38,6 +38,9 @@ def test_a_task_with_its_own_recipe_keeps_it():
     assert why == "recipe: configs/pendulum.yaml, Pendulum-v1's own" and raw["training"]["target_metric"] == -200
     assert choose_recipe(None)[1] == "recipe: configs/cartpole.yaml, the default task's (cartpole)"
     assert choose_recipe("digits")[1] == "recipe: configs/digits.yaml, digits's own"
+    raw, why = choose_recipe("MountainCarContinuous-v0")          # correlated exploration noise (issue 41)
+    assert why == "recipe: configs/mountain_car_continuous.yaml, MountainCarContinuous-v0's own"
+    assert raw["task"]["noise_correlation"] == 0.9 and raw["training"]["target_metric"] == 90
 
 
 def test_an_own_env_class_gets_the_classic_recipe_without_a_borrowed_target(tmp_path, monkeypatch):

@@ -19,11 +19,13 @@ def is_continuous(policy):
     return bool(getattr(policy, "continuous", False))
 
 
-def sample(policy, out, greedy=False, continuous=None):
+def sample(policy, out, greedy=False, continuous=None, noise=None):
     """(actions, logp (B,)) from the policy's output `out` for one batch of observations.
 
     continuous: the task's word (a Box action space); None asks the policy. A deployed artifact run as a
-    policy (grpo_edge/export/evaluate.py) outputs the greedy action itself and has no log_std: greedy only."""
+    policy (grpo_edge/export/evaluate.py) outputs the greedy action itself and has no log_std: greedy only.
+    noise: a continuous policy's standard-normal draw (B, A) to use (correlated_noise makes one); None draws
+    a fresh one."""
     if continuous is None:
         continuous = is_continuous(policy)
     if continuous:
@@ -32,11 +34,36 @@ def sample(policy, out, greedy=False, continuous=None):
                 raise ValueError("sampling a continuous action needs the policy's log_std")
             return out, torch.zeros(out.shape[0], dtype=out.dtype, device=out.device)
         log_std = policy.log_std.to(out.dtype).expand_as(out)
-        a = out if greedy else out + log_std.exp() * torch.randn_like(out)         # (B, A)
+        if not greedy and noise is None:
+            noise = torch.randn_like(out)
+        a = out if greedy else out + log_std.exp() * noise.to(out.dtype)           # (B, A)
         return a, gaussian_logp(out, log_std, a)
     logp_all = torch.log_softmax(out, dim=-1)                                       # (B, A)
     a = logp_all.argmax(-1) if greedy else torch.multinomial(logp_all.exp(), 1).squeeze(-1)
     return a, logp_all.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+
+
+class CorrelatedNoise(object):
+    """Standard-normal exploration noise that is correlated in time: e_t = rho e_(t-1) + sqrt(1 - rho^2) n_t,
+    n_t independent N(0, 1), e_0 ~ N(0, 1), so every e_t is N(0, 1) and steps k apart correlate by rho^k
+    (rho 0: independent draws, the default). A continuous action a_t = mean_t + std * e_t then keeps pushing in
+    one direction for about 1 / (1 - rho) steps, which a task that needs momentum (MountainCarContinuous)
+    cannot be found without. Log-probabilities stay those of the per-step Gaussian, as with independent noise
+    (the approximation colored-noise exploration makes for on-policy methods)."""
+
+    def __init__(self, rho):
+        if not 0.0 <= float(rho) < 1.0:
+            raise ValueError("noise correlation must be in [0, 1), got %r" % (rho,))
+        self.rho, self.state = float(rho), None
+
+    def __call__(self, like):
+        """The next draw, shaped like `like` (B, A)."""
+        n = torch.randn_like(like)
+        if self.state is None:
+            self.state = n
+        else:
+            self.state = self.rho * self.state + math.sqrt(1.0 - self.rho * self.rho) * n
+        return self.state
 
 
 def gaussian_logp(mean, log_std, a):

@@ -147,7 +147,8 @@ class EnvList(object):
         return self.last.copy(), rew, term, trunc
 
 
-def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", greedy=False, action_bounds=None):
+def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", greedy=False, action_bounds=None,
+                     noise_correlation=0.0):
     """Episodes in lockstep over a batched environment: one policy call and one env call per step.
 
     envs: an object with reset(seeds) -> obs (n, obs_dim) and step(actions (n,) int array, or (n, A) float
@@ -157,6 +158,8 @@ def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", g
     reset seed per environment (group_seeds repeated G times). The batched environment may keep
     stepping (and auto-resetting) finished episodes: their results are ignored and their rows keep the
     last observation, so a batched environment and an EnvList give the same Rollout for the same seeds.
+    noise_correlation: a continuous policy's exploration noise is distributions.CorrelatedNoise of that rho
+    (0: an independent draw each step).
     """
     n = len(seeds)
     obs = np.asarray(envs.reset(seeds), dtype=np.float32).copy()
@@ -164,12 +167,16 @@ def rollout_lockstep(policy, envs, seeds, group_size, max_steps, device="cpu", g
     truncated = np.zeros(n, dtype=bool)
     obs_buf, act_buf, logp_buf, rew_buf, mask_buf = [], [], [], [], []
     env_steps = 0
+    noise = None
+    if noise_correlation and not greedy and action_bounds is not None:
+        noise = distributions.CorrelatedNoise(noise_correlation)
     with torch.inference_mode():
         for _ in range(max_steps):
             if not alive.any():
                 break
-            a, logp = distributions.sample(policy, policy(torch.as_tensor(obs, device=device)), greedy,
-                                           continuous=action_bounds is not None)
+            out = policy(torch.as_tensor(obs, device=device))
+            a, logp = distributions.sample(policy, out, greedy, continuous=action_bounds is not None,
+                                           noise=noise(out) if noise is not None else None)
             obs_buf.append(obs)
             act_buf.append(a)                                              # (n,) long or (n, A) float
             logp_buf.append(logp)                                          # (n,)

@@ -24,15 +24,18 @@ class ControlTask(Task):
                      time limit, spec.max_episode_steps: 1,000 for MuJoCo and LunarLander; else 500)
       eval_episodes  greedy episodes per evaluation (default 100)
       env_kwargs     extra keyword arguments for gymnasium.make
+      noise_correlation  continuous actions: the training rollouts' exploration noise correlates by this
+                     much from one step to the next (grpo_edge/core/distributions.py, CorrelatedNoise); 0
+                     (the default) draws it afresh each step. Evaluation is greedy, without noise.
     """
     kind = "control"
     metric_name = "return"
     default_arch = "mlp"
     archs = ("mlp",)                       # vector observations -> action logits / Gaussian mean
-    ranges = {"max_steps": (1, None, True), "eval_episodes": (1, None, True)}
+    ranges = {"max_steps": (1, None, True), "eval_episodes": (1, None, True), "noise_correlation": (0, 1, True, False)}
     types = {"env_id": str, "max_steps": int}    # keys whose default is None
     env_id = "CartPole-v1"
-    defaults = {"env_id": None, "max_steps": None, "eval_episodes": 100, "env_kwargs": {}}
+    defaults = {"env_id": None, "max_steps": None, "eval_episodes": 100, "env_kwargs": {}, "noise_correlation": 0.0}
 
     def __init__(self, cfg, seed=0):
         super().__init__(cfg, seed)
@@ -41,6 +44,7 @@ class ControlTask(Task):
         self.env_id = cfg.get("env_id") or self.env_id
         self.eval_episodes = int(cfg.get("eval_episodes", 100))
         self.env_kwargs = dict(cfg.get("env_kwargs") or {})
+        self.noise_correlation = float(cfg.get("noise_correlation") or 0.0)
         probe = self._make()
         limit = getattr(getattr(probe, "spec", None), "max_episode_steps", None)
         self.max_steps = int(cfg.get("max_steps") or limit or 500)
@@ -104,7 +108,8 @@ class ControlTask(Task):
         device = next(policy.parameters()).device
         env_seeds = np.repeat(seeds, group_size)
         return rollout_lockstep(policy, self._batched_envs(len(env_seeds)), env_seeds, group_size,
-                                self.max_steps, device=device, action_bounds=self._bounds())
+                                self.max_steps, device=device, action_bounds=self._bounds(),
+                                noise_correlation=self.noise_correlation)
 
     def logprobs(self, policy, rollout):
         """(logp, entropy), each (N, T), computed on the real steps only (episodes of one batch differ
