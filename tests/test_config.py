@@ -114,3 +114,11 @@ def test_help_shows_flags_as_flags():
         assert r.returncode == 0 and "--help" in r.stdout and "<bool>" not in r.stdout, r.stdout
     assert "<int>" in subprocess.run([sys.executable, "-m", "grpo_edge.cli.main", "train", "--help"],
                                      stdout=subprocess.PIPE, universal_newlines=True).stdout   # values keep theirs
+
+
+def test_a_log_std_init_may_be_negative_but_not_infinite():
+    """model.log_std_init is a logarithm: SB3's MuJoCo settings start at -2 (std 0.14); it was refused as < 0."""
+    cfg = load_config(data={"task": {"name": "Pendulum-v1"}, "model": {"arch": "mlp", "log_std_init": -2}})
+    assert cfg.model["log_std_init"] == -2.0
+    with pytest.raises(ConfigError, match="model.log_std_init must be a finite number"):
+        load_config(data={"task": {"name": "Pendulum-v1"}, "model": {"arch": "mlp", "log_std_init": float("inf")}})

@@ -225,6 +225,8 @@ def _check_model_value(arch, key, value, default):
     if isinstance(default, float):
         if key.endswith("dropout"):
             return validate.check_number(where, value, "float", 0, 1, True, False)
+        if key.startswith("log_"):                  # a logarithm (log_std_init): any finite value
+            return validate.check_number(where, value, "float")
         return validate.check_number(where, value, "float", lo=0)
     if isinstance(default, str):
         choices = MODEL_CHOICES.get(arch, {}).get(key)
