@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from grpo_edge.core.models import build_model
+from grpo_edge.core.tokenizer import PAD
 from grpo_edge.tasks import get_task
 from grpo_edge.tasks.pyfix import PROMPT_END, PyFixTask
 from grpo_edge.tasks.pyfix_programs import BUG_KINDS, TEMPLATES, fails, make_split
@@ -123,3 +124,26 @@ def test_tests_pass_scores_hostile_fixes_zero_and_counts_why(tmp_path):
     seen = SANDBOX_REASONS - before
     assert seen["forbidden"] == 2 and seen["ok"] == 1 and seen["exit"] == 1 and seen["cpu"] + seen["timeout"] == 1
     assert tests_pass(["x = 1", "x = 2"], tests=["assert x == 1", None]) == [1.0, None]
+
+
+def test_names_are_many_so_a_model_must_copy_them(split):
+    """A role's word with or without a prefix or suffix: far more names than a train set can teach by heart,
+    and held-out functions with names no train function has."""
+    import re
+    import keyword
+
+    def names(pairs):
+        return set(n for p in pairs for n in re.findall(r"\b[A-Za-z_]\w*\b", p.fixed) if not keyword.iskeyword(n))
+    train, test = names(split[0]), names(split[1])
+    assert len(train) > 1000 and len(test - train) > 50, (len(train), len(test - train))
+
+
+def test_right_padding_puts_each_program_at_the_start(tmp_path):
+    task = PyFixTask({"n_train": 40, "n_test": 10, "padding": "right"})
+    x = task.encode_inputs([task.train_problems[0][0]])
+    ids = task.tokenizer.encode(task.train_problems[0][0])
+    assert x[0, :len(ids)].tolist() == ids and (x[0, len(ids):] == PAD).all()
+    assert task.checkpoint_meta()["padding"] == "right"
+    assert PyFixTask.restore_cfg(task.checkpoint_meta())["padding"] == "right"
+    with pytest.raises(Exception, match="task.padding must be left or right"):
+        PyFixTask({"n_train": 40, "n_test": 10, "padding": "middle"})

@@ -44,6 +44,8 @@ class PyFixTask(TextTask):
       split_seed (0)         seed of the generator and of the split (not the training seed)
       prompt_len (auto)      padded prompt length; default and minimum: the longest broken program + PROMPT_END
       max_new_tokens (auto)  generation budget; default and minimum: the longest fixed program + EOS
+      padding ("left")       where prompts are padded: "left" (the prompt ends where the fix begins) or
+                             "right" (character i of the program and of its fix are always prompt_len apart)
       temperature (1.0)      sampling temperature of rollouts
       rewards ({"tests_pass": 1.0, "parses": 0.1, "similarity": 0.3})   weighted rewards (built-ins or
                              "module.path:fn"; TRL-style ones get the columns tests, bug, template, answer)
@@ -55,7 +57,7 @@ class PyFixTask(TextTask):
     metric_name = "fix_rate"
     default_rewards = {"tests_pass": 1.0, "parses": 0.1, "similarity": 0.3}
     defaults = {"n_train": 2000, "n_test": 300, "test_fraction": 0.2, "split_seed": 0, "prompt_len": None,
-                "max_new_tokens": None, "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
+                "max_new_tokens": None, "padding": "left", "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
                 "reward_errors": "raise", "eval_size": 0}
     eval_metrics = {"exact_match": exact_match, "parses": parses, "similarity": similarity}
 
@@ -69,6 +71,9 @@ class PyFixTask(TextTask):
             raise ConfigError("task.test_fraction must be in (0, 1), got %r" % test_fraction)
         self.split_seed = cfg_get(cfg, "split_seed", 0, int)
         self.eval_size = cfg_get(cfg, "eval_size", 0, int, 0)
+        self.padding = cfg_get(cfg, "padding", "left", str)
+        if self.padding not in ("left", "right"):
+            raise ConfigError("task.padding must be left or right, got %r" % self.padding)
         train, test = make_split(n_train, n_test, test_fraction, self.split_seed)
         self.tokenizer = CharTokenizer(CHARS)
         self.train_problems = [(p.broken + PROMPT_END, p.fixed) for p in train]
@@ -92,14 +97,15 @@ class PyFixTask(TextTask):
         return {"tests": pair.tests, "bug": pair.bug, "template": pair.template, "answer": pair.fixed}
 
     def encode_inputs(self, texts):
-        """Prompts (broken program + PROMPT_END) -> (B, prompt_len) long, left-padded with PAD."""
+        """Prompts (broken program + PROMPT_END) -> (B, prompt_len) long, padded with PAD (task.padding)."""
         out = torch.full((len(texts), self.prompt_len), PAD, dtype=torch.long)
         for i, t in enumerate(texts):
             ids = self.tokenizer.encode(t)
             if len(ids) > self.prompt_len:
                 raise ConfigError("a program of %d characters is longer than the %d this model reads"
                                   % (len(ids) - len(PROMPT_END), self.prompt_len - len(PROMPT_END)))
-            out[i, self.prompt_len - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            at = self.prompt_len - len(ids) if self.padding == "left" else 0
+            out[i, at:at + len(ids)] = torch.tensor(ids, dtype=torch.long)
         return out
 
     def model_kwargs(self) -> dict:
@@ -108,13 +114,16 @@ class PyFixTask(TextTask):
     def checkpoint_meta(self) -> dict:
         return {"tokenizer": self.tokenizer.to_dict(), "vocab_size": self.tokenizer.vocab_size,
                 "prompt_len": self.prompt_len, "max_new_tokens": self.max_new_tokens,
-                "input_shape": [self.prompt_len], "input_name": self.input_key, "padding": "left",
+                "input_shape": [self.prompt_len], "input_name": self.input_key, "padding": self.padding,
                 "prompt_end": PROMPT_END, "slug": "pyfix"}
 
     @classmethod
     def restore_cfg(cls, meta):
-        """The lengths a checkpoint was trained with."""
-        return dict((k, meta[k]) for k in ("prompt_len", "max_new_tokens") if isinstance(meta.get(k), int))
+        """The lengths and the padding a checkpoint was trained with."""
+        out = dict((k, meta[k]) for k in ("prompt_len", "max_new_tokens") if isinstance(meta.get(k), int))
+        if meta.get("padding") in ("left", "right"):
+            out["padding"] = meta["padding"]
+        return out
 
     def columns_of(self, problems):
         """The data columns of given (prompt, reference) problems of either split, found by their prompt."""
