@@ -66,3 +66,10 @@ def test_a_bad_noise_correlation_is_one_line(tmp_path):
     r = cli_in(tmp_path, "train", "--set", "task.name=Pendulum-v1", "--set", "task.noise_correlation=1.5",
                "--set", "training.steps=1")
     assert r.returncode == 2 and "noise_correlation" in one_error_line(r)
+
+
+def test_noise_correlation_on_a_discrete_env_is_refused_not_ignored(tmp_path):
+    r = cli_in(tmp_path, "train", "--set", "task.name=CartPole-v1", "--set", "task.noise_correlation=0.9",
+               "--set", "training.steps=1")
+    assert r.returncode == 2
+    assert "task.noise_correlation applies to continuous actions; CartPole-v1's are discrete" in one_error_line(r)

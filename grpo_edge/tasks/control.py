@@ -54,6 +54,9 @@ class ControlTask(Task):
         probe.close()
         self.obs_dim = self.obs_space["size"]
         self.continuous = act["kind"] == "Box"
+        if self.noise_correlation and not self.continuous:
+            raise ConfigError("task.noise_correlation applies to continuous actions; %s's are discrete (%d choices)"
+                              % (self.env_id, act["size"]))
         self.n_actions = act["size"]                 # categories, or the action dimension (continuous)
         self.action_low, self.action_high = act.get("low"), act.get("high")
         self.action_start = act.get("start", 0)      # the env's first Discrete action: the policy's action 0

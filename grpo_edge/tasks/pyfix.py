@@ -26,7 +26,7 @@ from grpo_edge.core.tokenizer import PAD, CharTokenizer
 from grpo_edge.errors import ConfigError
 from grpo_edge.tasks.pyfix_programs import BUG_KINDS, make_split
 from grpo_edge.tasks.rewards import exact_match, parses, run_tests, similarity
-from grpo_edge.tasks.text_base import TextTask, cfg_get
+from grpo_edge.tasks.text_base import TextTask, cfg_get, padding_of
 
 PROMPT_END = "\n# fix\n"
 # every character a program may hold: printable ASCII but tab (indentation is spaces) and the backslash
@@ -71,9 +71,7 @@ class PyFixTask(TextTask):
             raise ConfigError("task.test_fraction must be in (0, 1), got %r" % test_fraction)
         self.split_seed = cfg_get(cfg, "split_seed", 0, int)
         self.eval_size = cfg_get(cfg, "eval_size", 0, int, 0)
-        self.padding = cfg_get(cfg, "padding", "left", str)
-        if self.padding not in ("left", "right"):
-            raise ConfigError("task.padding must be left or right, got %r" % self.padding)
+        self.padding = padding_of(cfg)
         train, test = make_split(n_train, n_test, test_fraction, self.split_seed)
         self.tokenizer = CharTokenizer(CHARS)
         self.train_problems = [(p.broken + PROMPT_END, p.fixed) for p in train]

@@ -16,6 +16,8 @@ Everything is a pure function of its arguments: the same split for every trainin
 default split runs about 5,000 tiny generated programs in this process (our own templates, bounded loops,
 no input or output) and takes about a second.
 """
+import builtins
+import keyword
 import random
 import re
 from collections import namedtuple
@@ -154,8 +156,6 @@ _KEYWORDS = set(KEYWORD_TYPOS) | {"not", "and", "or", "None", "len", "sum", "ran
 def name_like(word, rng, suffixes=SUFFIXES, prefixes=PREFIXES):
     """`word` as it is, or with a prefix or a suffix (a third of the time each; half and half without
     prefixes): never a keyword or a builtin's name."""
-    import builtins
-    import keyword
     for _ in range(8):
         how = rng.randrange(3) if prefixes else rng.choice((0, 2))
         name = word if how == 0 else (rng.choice(prefixes) + word if how == 1 else word + rng.choice(suffixes))
@@ -175,6 +175,8 @@ def fill(template, rng):
             choice[key] = name_like(rng.choice(NAMES[key]), rng)
             if choice[key] not in taken:
                 break
+        else:                                       # (never seen) a plain name no other role has
+            choice[key] = rng.choice([v for v in NAMES[key] if v not in taken])
         taken.add(choice[key])
     return source.format(**choice), [a.format(k=choice["k"]) for a in args]
 

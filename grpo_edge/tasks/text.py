@@ -16,7 +16,7 @@ from grpo_edge.core.tokenizer import PAD, CharTokenizer
 from grpo_edge.data.records import column_text, read_records
 from grpo_edge.errors import ConfigError
 from grpo_edge.tasks.rewards import chrf, exact_match
-from grpo_edge.tasks.text_base import TextTask, cfg_get
+from grpo_edge.tasks.text_base import TextTask, cfg_get, padding_of
 
 REFERENCE_COLUMNS = ("completion", "answer")
 
@@ -51,9 +51,7 @@ class TextDataTask(TextTask):
         if not cfg.get("data_path"):
             raise ConfigError("task text needs task.data_path (--data-path FILE): JSONL, CSV or TSV with a 'prompt' "
                               "column and a 'completion' or 'answer' column (docs/own_task.md)")
-        self.padding = cfg_get(cfg, "padding", "left", str)
-        if self.padding not in ("left", "right"):
-            raise ConfigError("task.padding must be left or right, got %r" % self.padding)
+        self.padding = padding_of(cfg)
         train, test = self._split(cfg)
         texts = [t for recs in (train, test) for r in recs for t in r[:2]]
         chars = cfg.get("vocab")

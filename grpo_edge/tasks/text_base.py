@@ -37,6 +37,14 @@ def cfg_get(cfg: dict, key: str, default, kind=None, minimum=None):
     return value
 
 
+def padding_of(cfg: dict) -> str:
+    """task.padding: "left" (the default) or "right", where prompts are padded (a one-line ConfigError if not)."""
+    padding = cfg_get(cfg, "padding", "left", str)
+    if padding not in ("left", "right"):
+        raise ConfigError("task.padding must be left or right, got %r" % padding)
+    return padding
+
+
 class TextTask(Task):
     """Base class of the generated-text tasks (arithmetic, zh-en-numbers). Subclasses set up the data.
 
