@@ -134,6 +134,9 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         deploy_text(pair, "esp32s3", tmp_path / "x", {"bogus": 1})
     with pytest.raises(TargetError, match="int16 activations"):
         deploy_text(pair, "esp32s3", tmp_path / "x", {"activations": "int8"})
+    rope = _untrained(d_model=16, n_layer=1, n_head=2, max_len=16, positions="rope")
+    with pytest.raises(TargetError, match="learned positions only; this micro-gpt has positions=rope"):
+        textir.checkpoint2textir(rope)
 
 
 def test_kernels_header_compiles_alone_for_host_and_rv32(tmp_path):

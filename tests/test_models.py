@@ -222,8 +222,9 @@ def test_eos_and_mask_contract(arch):
     assert tokens.shape == (4, 1) and (mask == 1).all() and (tokens == first).all()
 
 
-def test_micro_gpt_kv_cache_step_matches_full_forward():
-    m = make("micro-gpt").eval()
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_micro_gpt_kv_cache_step_matches_full_forward(positions):
+    m = make("micro-gpt", positions=positions).eval()
     idx = torch.randint(0, V, (3, 9), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         full = m(idx)                                        # (3, 9, V)
@@ -245,12 +246,13 @@ def _grouped_prompts(groups=3, g=4, seed=5):
 
 
 @pytest.mark.parametrize("training", [False, True])
-def test_micro_gpt_shared_prompt_teacher_forcing_matches_plain_forward(training):
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_micro_gpt_shared_prompt_teacher_forcing_matches_plain_forward(training, positions):
     """Rows sharing prompts run each prompt once (packed pass): same logp, entropy and gradients as
     forward() on the concatenated sequences."""
     from grpo_edge.core.models._layers import logprobs_and_entropy
     from grpo_edge.core.models._layers import shared_rows
-    m = make("micro-gpt").train(training)
+    m = make("micro-gpt", positions=positions).train(training)
     p = _grouped_prompts()
     assert shared_rows(p) is not None and shared_rows(p)[0].shape[0] == 3
     tokens = torch.randint(0, V, (12, 5), generator=torch.Generator().manual_seed(6))
@@ -278,10 +280,11 @@ def test_micro_gpt_distinct_prompts_take_the_plain_path():
 
 
 @pytest.mark.parametrize("greedy", [False, True])
-def test_micro_gpt_generate_withshared_rows(greedy):
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_micro_gpt_generate_withshared_rows(greedy, positions):
     """Prefill once per distinct prompt, decode with stacked q/k/v weights: the logp generate returns are
     the teacher-forced ones, and each row's tokens are those the row would get alone (greedy)."""
-    m = make("micro-gpt").eval()
+    m = make("micro-gpt", positions=positions).eval()
     p = _grouped_prompts(groups=2, g=4)
     tokens, logp, mask = m.generate(p, 8, greedy=greedy, generator=torch.Generator().manual_seed(1), eos_id=2)
     lp, _ = m.sequence_logprobs(p, tokens)
@@ -291,6 +294,22 @@ def test_micro_gpt_generate_withshared_rows(greedy):
             alone = m.generate(p[i:i + 1], 8, greedy=True, eos_id=2)[0][0]
             n = min(len(alone), tokens.shape[1])
             assert torch.equal(alone[:n], tokens[i, :n])
+
+
+def test_micro_gpt_rope_sees_distances_not_places():
+    """Rotary positions: the same tokens give the same logits wherever they sit (no absolute position
+    anywhere), while learned positions change them; a rope model has no position embedding to learn."""
+    idx = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(3))
+    for positions, same in (("rope", True), ("learned", False)):
+        m = make("micro-gpt", positions=positions).eval()
+        with torch.no_grad():
+            pk, pv = m.empty_cache(2)
+            at0 = m.forward_step(idx, pk, pv, position=torch.arange(6).expand(2, 6))[0]
+            at9 = m.forward_step(idx, pk, pv, position=torch.arange(9, 15).expand(2, 6))[0]
+        assert torch.allclose(at0, at9, atol=1e-5) == same, positions
+    assert not hasattr(make("micro-gpt", positions="rope"), "pos_emb")
+    with pytest.raises(ValueError, match="positions must be one of learned, rope"):
+        make("micro-gpt", positions="alibi")
 
 
 def test_rows_sharing_a_prompt_keep_their_own_dropout():
@@ -382,8 +401,9 @@ def test_export_small_nets_plain_ops(arch, activation, tmp_path):
         assert torch.allclose(spec.module(x), m(x), atol=1e-5)
 
 
-def test_export_micro_gpt_decode_step(tmp_path):
-    m = make("micro-gpt").train()
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_export_micro_gpt_decode_step(tmp_path, positions):
+    m = make("micro-gpt", positions=positions).train()
     spec = m.export_spec()
     onnx_export(spec, tmp_path / "gpt.onnx")
     assert m.training                                        # export left the model's mode alone

@@ -8,7 +8,7 @@ import torch
 from grpo_edge.core.models import build_model
 from grpo_edge.core.tokenizer import PAD
 from grpo_edge.tasks import get_task
-from grpo_edge.tasks.pyfix import PROMPT_END, PyFixTask
+from grpo_edge.tasks.pyfix import PROMPT_END, PyFixTask, apply_edit, edit_of, numbered, unnumbered
 from grpo_edge.tasks.pyfix_programs import BUG_KINDS, TEMPLATES, fails, make_split
 from grpo_edge.tasks.rewards import parses, similarity
 from tests.conftest import cli_in
@@ -56,7 +56,8 @@ def test_the_task_its_prompts_columns_and_errors():
     task = get_task("pyfix", {"n_train": 50, "n_test": 20})
     assert isinstance(task, PyFixTask) and len(task.train_problems) == 50 and len(task.test_problems) == 20
     prompt, fix = task.train_problems[0]
-    assert prompt.endswith(PROMPT_END) and not fix.endswith("\n")
+    assert prompt.startswith("1|def ") and prompt.endswith(PROMPT_END) and not fix.endswith("\n")
+    assert task.answers([fix], [prompt])[0] == task.train_columns[0]["answer"]        # the edit makes the fix
     assert set(task.train_columns[0]) == {"tests", "bug", "template", "answer"}
     x = task.encode_inputs([prompt, "def f():\n    pass" + PROMPT_END])
     assert x.shape == (2, task.prompt_len) and x[1, 0].item() == 0          # left-padded
@@ -64,8 +65,12 @@ def test_the_task_its_prompts_columns_and_errors():
     from grpo_edge.errors import ConfigError
     with pytest.raises(ConfigError, match="a program of 500 characters is longer than"):
         task.encode_inputs(["x" * 500 + PROMPT_END])
-    with pytest.raises(ConfigError, match="task.max_new_tokens=10 cannot hold the longest fixed program"):
+    with pytest.raises(ConfigError, match="task.max_new_tokens=10 cannot hold the longest numbered changed line"):
         PyFixTask({"n_train": 20, "n_test": 5, "max_new_tokens": 10})
+    with pytest.raises(ConfigError, match="task.max_new_tokens=10 cannot hold the longest fixed program"):
+        PyFixTask({"n_train": 20, "n_test": 5, "max_new_tokens": 10, "output": "program"})
+    with pytest.raises(ConfigError, match="task.output must be one of edit|program, got 'diff'"):
+        PyFixTask({"n_train": 20, "n_test": 5, "output": "diff"})
     with pytest.raises(ConfigError, match=r"task.test_fraction must be in \(0, 1\)"):
         PyFixTask({"test_fraction": 1.5})
 
@@ -99,15 +104,32 @@ def test_train_pyfix_picks_its_recipe_and_warm_starts(tmp_path):
     assert state["task"] == "pyfix" and state["task_meta"]["prompt_end"] == PROMPT_END
 
 
-def test_the_fix_rate_runs_each_fix_with_its_tests_in_the_sandbox():
-    task = PyFixTask({"n_train": 20, "n_test": 60})
+@pytest.mark.parametrize("output", ["edit", "program"])
+def test_the_fix_rate_runs_each_fix_with_its_tests_in_the_sandbox(output):
+    task = PyFixTask({"n_train": 20, "n_test": 60, "output": output})
     refs = [r for _, r in task.test_problems]
-    broken = [p[:-len(PROMPT_END)] for p, _ in task.test_problems]
-    good = task.breakdown(refs, task.test_problems, task.test_columns)
+    broken = [task.program_of(p) for p, _ in task.test_problems]
+    good = task.report(refs, task.test_problems)
     assert good["fix_rate"] == 1.0 and good["sandbox/ok"] == 60 and good["fix_rate/operator"] == 1.0
-    bad = task.breakdown(broken, task.test_problems, task.test_columns)
+    bad = task.report(broken if output == "program" else ["9|" + b for b in broken], task.test_problems)
     assert bad["fix_rate"] == 0.0 and bad["sandbox/syntax"] + bad["sandbox/failed"] == 60
     assert "sandbox/ok" not in bad and bad["parses/missing_colon"] == 0.0
+    assert task.metric_of(refs[:10], task.test_problems[:10]) == 1.0
+
+
+def test_an_edit_is_the_one_changed_line_numbered(split):
+    """Every pair differs in one line: the edit puts it back; an edit naming no line changes nothing."""
+    for p in split[0][:300] + split[1]:
+        assert unnumbered(numbered(p.broken)) == p.broken
+        edit = edit_of(p.broken, p.fixed)
+        assert apply_edit(p.broken, edit) == p.fixed and edit.split("|", 1)[0].isdigit()
+    program = "def f(x):\n    return x"
+    assert numbered(program) == "1|def f(x):\n2|    return x"
+    for bad in ("", "return x", "0|x", "3|x", "x|y", "2|a\nb", "-1|x"):
+        assert apply_edit(program, bad) == program, bad
+    assert apply_edit(program, "2|    return x + 1\n") == "def f(x):\n    return x + 1"
+    with pytest.raises(ValueError, match="exactly one line"):
+        edit_of(program, "def f(x):\n    return x\n")
 
 
 def test_tests_pass_scores_hostile_fixes_zero_and_counts_why(tmp_path):
@@ -145,5 +167,7 @@ def test_right_padding_puts_each_program_at_the_start(tmp_path):
     assert x[0, :len(ids)].tolist() == ids and (x[0, len(ids):] == PAD).all()
     assert task.checkpoint_meta()["padding"] == "right"
     assert PyFixTask.restore_cfg(task.checkpoint_meta())["padding"] == "right"
+    assert PyFixTask.restore_cfg(task.checkpoint_meta())["output"] == "edit"
+    assert PyFixTask.restore_cfg({"padding": "left"})["output"] == "program"     # a checkpoint from before edits
     with pytest.raises(Exception, match="task.padding must be left or right"):
         PyFixTask({"n_train": 40, "n_test": 10, "padding": "middle"})

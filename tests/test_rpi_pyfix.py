@@ -9,7 +9,7 @@ import pytest
 
 from conftest import cli_in, pi_python
 from grpo_edge.targets.rpi import deploy
-from grpo_edge.tasks.pyfix import PROMPT_END
+from grpo_edge.tasks.pyfix import PROMPT_END, apply_edit, numbered, unnumbered
 
 FAST = {"calibration_samples": 128, "text_runs": 2, "text_warmup": 1, "eval_n": 8}
 
@@ -39,7 +39,8 @@ def test_the_folder_its_prompts_and_its_readme(folder):
     tok = json.loads((out / "tokenizer.json").read_text())
     prompts = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
     assert tok["prompt_end"] == PROMPT_END and len(prompts) == 8 and all(p.endswith(PROMPT_END) for p in prompts)
-    assert (out / "example_broken.py").read_text() == prompts[0][:-len(PROMPT_END)] + "\n"
+    assert tok["output"] == "edit" and prompts[0].startswith("1|def ")
+    assert (out / "example_broken.py").read_text() == unnumbered(prompts[0][:-len(PROMPT_END)]) + "\n"
     assert rep.figures["sim_fp32_agreement"].value == 1.0 and rep.figures["metric_onnx_fp32"].unit == "fix_rate"
     breakdown = rep.sections["simulation"]["fp32"]["breakdown"]
     assert "fix_rate" in breakdown and any(k.startswith("fix_rate/") for k in breakdown)
@@ -54,7 +55,9 @@ def test_runner_fixes_a_file_or_stdin_as_torch_does(folder):
     r = _runner(out, "--program", "example_broken.py", "--model", "model.onnx", "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert res["program"] + PROMPT_END == expected["prompts"][0] and res["fix"] == expected["completions"][0]
+    assert numbered(res["program"]) + PROMPT_END == expected["prompts"][0]
+    assert res["completion"] == expected["completions"][0]
+    assert res["fix"] == apply_edit(res["program"], res["completion"])
     program = (out / "example_broken.py").read_bytes().replace(b"    ", b"\t").replace(b"\n", b"\r\n")
     r = _runner(out, "--program", "-", "--model", "model.onnx", stdin=program)      # tabs and CRLF, from stdin
     assert r.returncode == 0 and r.stdout.decode().rstrip("\n") == res["fix"], r.stderr

@@ -211,7 +211,7 @@ def _build_section(section, cls, values, aliases):
 
 
 # Model constructor arguments that take one of a few strings, per architecture.
-MODEL_CHOICES = {"mlp": {"activation": ("tanh", "relu")}}
+MODEL_CHOICES = {"mlp": {"activation": ("tanh", "relu")}, "micro-gpt": {"positions": ("learned", "rope")}}
 # Pairs of model sizes that must divide: (arch, d_model key, heads key).
 HEAD_KEYS = {"micro-gpt": ("d_model", "n_head"), "tiny-transformer": ("d_model", "nhead")}
 

@@ -35,6 +35,7 @@ def text_config(state: dict) -> dict:
            "task": state.get("task")}
     if isinstance(meta.get("prompt_end"), str):     # what ends a program the runner reads (task pyfix)
         cfg["prompt_end"] = meta["prompt_end"]
+        cfg["output"] = meta.get("output", "program")   # "edit": the model writes the one line it changes
     if arch == "micro-gpt":
         cfg["cache"] = [int(mc["n_layer"]), int(mc["n_head"]), int(mc["d_model"]) // int(mc["n_head"])]
     return cfg

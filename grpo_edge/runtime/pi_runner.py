@@ -511,9 +511,10 @@ def read_program(src, cfg):
     text = text.replace("\r\n", "\n").expandtabs(4).strip("\n").rstrip()
     if not text.strip():
         raise InputError("%s is empty: there is no program to fix" % where)
-    if len(text) > _program_room(cfg):
-        raise InputError("%s has %d characters: this model fixes programs of at most %d"
-                         % (where, len(text), _program_room(cfg)))
+    if len(program_prompt(text, cfg)) > int(cfg["input_len"]):
+        raise InputError("%s has %d characters: this model fixes programs of at most %d%s"
+                         % (where, len(text), _program_room(cfg), " (with the line numbers it reads)"
+                            if cfg.get("output") == "edit" else ""))
     unknown = sorted(set(c for c in text if c not in cfg["chars"]))
     if unknown:
         raise InputError("%s has characters this model does not know: %s" % (where, json.dumps("".join(unknown))))
@@ -527,6 +528,27 @@ def _program_room(cfg):
     return int(cfg["input_len"]) - len(cfg.get("prompt_end", ""))
 
 
+def program_prompt(program, cfg):
+    """What the model reads for a program: its lines numbered '1|...' (tokenizer.json's output "edit": the
+    model writes the one line it changes) or the program as it is, then prompt_end. (grpo_edge.tasks.pyfix.)"""
+    if cfg.get("output") == "edit":
+        program = "\n".join("%d|%s" % (i + 1, line) for i, line in enumerate(program.split("\n")))
+    return program + cfg["prompt_end"]
+
+
+def fixed_program(program, completion, cfg):
+    """The fix a completion stands for: the program with the edit's line 'N|text' put in place (output "edit";
+    the program unchanged for an edit naming no line of it), or the completion itself (a whole program)."""
+    if cfg.get("output") != "edit":
+        return completion
+    number, bar, text = completion.partition("|")
+    lines = program.split("\n")
+    if not bar or not number.isdigit() or not 1 <= int(number) <= len(lines) or "\n" in text.rstrip("\n"):
+        return program
+    lines[int(number) - 1] = text.rstrip("\n")
+    return "\n".join(lines)
+
+
 def run_program(args, path, cfg):
     """--program: the suggested fix of one Python file (a code-fixing model, tokenizer.json has prompt_end)."""
     if "prompt_end" not in cfg:
@@ -534,8 +556,9 @@ def run_program(args, path, cfg):
                          % cfg.get("task", "a text model"))
     program = read_program(args.program, cfg)
     gen = text_generator(path, cfg, reference=args.reference, threads=args.threads)
-    fix = gen.complete([program + cfg["prompt_end"]])[0]
-    return {"program": program, "fix": fix, "changed": fix != program}
+    completion = gen.complete([program_prompt(program, cfg)])[0]
+    fix = fixed_program(program, completion, cfg)
+    return {"program": program, "fix": fix, "changed": fix != program, "completion": completion}
 
 
 def check_text(cfg, threads=1):

@@ -191,21 +191,24 @@ def _fixer_sections(tok, rep) -> list:
     fig = rep.figures.get("metric_onnx_fp32")
     rows = ["| %s | %.2f |" % (bug.replace("_", " "), v) for bug, v in by_bug.items()]
     room = int(tok["input_len"]) - len(tok["prompt_end"])
+    how = ("writes the one line it changes, numbered (the runner numbers the lines it reads and puts that line "
+           "in place; `--json` shows it as `completion`)" if tok.get("output") == "edit" else "writes it whole, fixed")
     return ["\n".join([
         "## Run\n", "```", "python3 runner.py --program example_broken.py       # prints the suggested fix",
         "cat my_function.py | python3 runner.py --program -", "python3 runner.py --program example_broken.py --json",
         "```\n",
         "## Inputs\n",
-        "- One small Python function (a file, or `-` for stdin) of at most %d characters, with the characters of "
+        "- One small Python function (a file, or `-` for stdin) of at most %d characters%s, with the characters of "
         "tokenizer.json; tabs become 4 spaces. An empty, binary, non-UTF-8, too long or non-Python file is one "
-        "`error:` line and exit 2." % room, "",
+        "`error:` line and exit 2." % (room, " counting the line numbers the runner puts before each line ('1|')"
+                                       if tok.get("output") == "edit" else ""), "",
         "## What it fixes\n",
         "One bug a student makes in a small function: a missing colon, wrong indentation, an unbalanced bracket, a "
         "misspelt name or keyword, a wrong operator, an off-by-one constant, a wrong return. It reads the function "
-        "and writes it whole, fixed; it never runs it. It cannot fix several bugs at once, programs longer than "
+        "and %s; it never runs it. It cannot fix several bugs at once, programs longer than "
         "it reads, code unlike the small functions it was trained on, or a bug whose fix the function's name does "
         "not tell. Its measured fix rate (the fixed function passes its own tests, on %s held-out functions, "
-        "runner.py with model.onnx on the deploying host): %s.\n" % (
+        "runner.py with model.onnx on the deploying host): %s.\n" % (how,
             sim.get("n_prompts", "?"), "%.2f" % fig.value if fig is not None else "?"),
         "| bug | fix rate |", "|---|---|"] + rows + [""])]
 

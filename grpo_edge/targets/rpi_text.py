@@ -81,7 +81,7 @@ def _write_folder(model, task, cfg, out, opts) -> _HeldOut:
     atomic_write_text(out / "requirements.txt", "onnxruntime>=1.16\nnumpy\n")
     held = write_golden_prompts(model, task, cfg, out, opts["eval_n"])
     if "prompt_end" in cfg:                 # a code-fixing model: a broken program to try `--program` on
-        atomic_write_text(out / "example_broken.py", held.prompts[0][:-len(cfg["prompt_end"])] + "\n")
+        atomic_write_text(out / "example_broken.py", task.program_of(held.prompts[0]) + "\n")
     return held
 
 
@@ -148,8 +148,8 @@ def _simulate(out, task, held, opts, rep):
         sim[tag] = {"agreement_with_torch": float(np.mean([a == b for a, b in zip(got, held.expected)])),
                     "examples": [[p, c] for p, c in zip(held.prompts[:3], got[:3])]}
         metrics["onnx_" + tag] = text_metric(task, got, held.problems)
-        if hasattr(task, "columns_of"):                 # the metric by kind of problem (pyfix: by bug)
-            sim[tag]["breakdown"] = task.breakdown(got, held.problems, task.columns_of(held.problems))
+        if hasattr(task, "report"):                 # the metric by kind of problem (pyfix: by bug)
+            sim[tag]["breakdown"] = task.report(got, held.problems)
     n = len(held.prompts)
     rep.add("sim_fp32_agreement", sim["fp32"]["agreement_with_torch"], "fraction", "measured-host",
             "runner.py --prompts %s (%d held-out prompts, greedy) vs the torch checkpoint's greedy "

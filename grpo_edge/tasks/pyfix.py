@@ -29,6 +29,7 @@ from grpo_edge.tasks.rewards import exact_match, parses, run_tests, similarity
 from grpo_edge.tasks.text_base import TextTask, cfg_get, padding_of
 
 PROMPT_END = "\n# fix\n"
+OUTPUTS = ("edit", "program")    # task.output: what the model writes (module docstring)
 # every character a program may hold: printable ASCII but tab (indentation is spaces) and the backslash
 CHARS = "\n" + "".join(chr(c) for c in range(32, 127) if chr(c) != "\\")
 MAX_PROGRAM_CHARS = 400          # the longest program the task (and a deployed model) reads by default
@@ -44,6 +45,9 @@ class PyFixTask(TextTask):
       split_seed (0)         seed of the generator and of the split (not the training seed)
       prompt_len (auto)      padded prompt length; default and minimum: the longest broken program + PROMPT_END
       max_new_tokens (auto)  generation budget; default and minimum: the longest fixed program + EOS
+      output ("edit")        "edit": the prompt's lines are numbered ("2|    return a + b") and the model writes the
+                             one line it changes, numbered ("2|    return a - b"; apply_edit makes the fixed program);
+                             "program": the prompt is the program as it is and the model writes the whole fix
       padding ("left")       where prompts are padded: "left" (the prompt ends where the fix begins) or
                              "right" (character i of the program and of its fix are always prompt_len apart)
       temperature (1.0)      sampling temperature of rollouts
@@ -57,7 +61,7 @@ class PyFixTask(TextTask):
     metric_name = "fix_rate"
     default_rewards = {"tests_pass": 1.0, "parses": 0.1, "similarity": 0.3}
     defaults = {"n_train": 2000, "n_test": 300, "test_fraction": 0.2, "split_seed": 0, "prompt_len": None,
-                "max_new_tokens": None, "padding": "left", "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
+                "max_new_tokens": None, "output": "edit", "padding": "left", "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
                 "reward_errors": "raise", "eval_size": 0}
     eval_metrics = {"exact_match": exact_match, "parses": parses, "similarity": similarity}
 
@@ -72,10 +76,13 @@ class PyFixTask(TextTask):
         self.split_seed = cfg_get(cfg, "split_seed", 0, int)
         self.eval_size = cfg_get(cfg, "eval_size", 0, int, 0)
         self.padding = padding_of(cfg)
+        self.output = cfg_get(cfg, "output", "edit", str)
+        if self.output not in OUTPUTS:
+            raise ConfigError("task.output must be one of %s, got %r" % ("|".join(OUTPUTS), self.output))
         train, test = make_split(n_train, n_test, test_fraction, self.split_seed)
         self.tokenizer = CharTokenizer(CHARS)
-        self.train_problems = [(p.broken + PROMPT_END, p.fixed) for p in train]
-        self.test_problems = [(p.broken + PROMPT_END, p.fixed) for p in test]
+        self.train_problems = [self.problem_of(p.broken, p.fixed) for p in train]
+        self.test_problems = [self.problem_of(p.broken, p.fixed) for p in test]
         self.train_columns = [self._columns(p) for p in train]
         self.test_columns = [self._columns(p) for p in test]
         longest_prompt = max(len(p) for p, _ in self.train_problems + self.test_problems)
@@ -86,9 +93,29 @@ class PyFixTask(TextTask):
                               % (self.prompt_len, PROMPT_END, longest_prompt))
         self.max_new_tokens = cfg_get(cfg, "max_new_tokens", longest_fix + 1, int)
         if self.max_new_tokens < longest_fix + 1:
-            raise ConfigError("task.max_new_tokens=%d cannot hold the longest fixed program (%d characters) plus "
-                              "EOS" % (self.max_new_tokens, longest_fix))
+            raise ConfigError("task.max_new_tokens=%d cannot hold the longest %s (%d characters) plus EOS"
+                              % (self.max_new_tokens, "numbered changed line" if self.output == "edit"
+                                 else "fixed program", longest_fix))
         self.check_rewards()
+
+    def prompt_of(self, program):
+        """The prompt of a broken program: its lines numbered (task.output edit) or as they are, then PROMPT_END."""
+        return (numbered(program) if self.output == "edit" else program) + PROMPT_END
+
+    def problem_of(self, broken, fixed):
+        """(prompt, reference completion) of a (broken, fixed) pair: the changed line (edit) or the whole fix."""
+        return self.prompt_of(broken), edit_of(broken, fixed) if self.output == "edit" else fixed
+
+    def program_of(self, prompt):
+        """prompt_of()'s inverse: the broken program a prompt shows."""
+        program = prompt[:-len(PROMPT_END)]
+        return unnumbered(program) if self.output == "edit" else program
+
+    def answers(self, texts, prompts):
+        """The fixed programs that completions (or references) `texts` of `prompts` stand for."""
+        if self.output == "program":
+            return list(texts)
+        return [apply_edit(self.program_of(p), t) for t, p in zip(texts, prompts)]
 
     @staticmethod
     def _columns(pair):
@@ -113,6 +140,7 @@ class PyFixTask(TextTask):
         return {"tokenizer": self.tokenizer.to_dict(), "vocab_size": self.tokenizer.vocab_size,
                 "prompt_len": self.prompt_len, "max_new_tokens": self.max_new_tokens,
                 "input_shape": [self.prompt_len], "input_name": self.input_key, "padding": self.padding,
+                "output": self.output,
                 "prompt_end": PROMPT_END, "slug": "pyfix"}
 
     @classmethod
@@ -121,6 +149,7 @@ class PyFixTask(TextTask):
         out = dict((k, meta[k]) for k in ("prompt_len", "max_new_tokens") if isinstance(meta.get(k), int))
         if meta.get("padding") in ("left", "right"):
             out["padding"] = meta["padding"]
+        out["output"] = meta["output"] if meta.get("output") in OUTPUTS else "program"   # (older checkpoints)
         return out
 
     def columns_of(self, problems):
@@ -132,10 +161,16 @@ class PyFixTask(TextTask):
 
     def metric_of(self, completions, problems):
         """The fix rate of completions of (prompt, reference) problems from any runtime (a deploy's runner)."""
-        return self.breakdown(completions, problems, self.columns_of(problems))["fix_rate"]
+        return self.report(completions, problems)["fix_rate"]
+
+    def report(self, completions, problems):
+        """breakdown() of raw completions (edits or programs) of (prompt, reference) problems of either split."""
+        prompts = [p for p, _ in problems]
+        refs = self.answers([r for _, r in problems], prompts)
+        return self.breakdown(self.answers(completions, prompts), list(zip(prompts, refs)), self.columns_of(problems))
 
     def breakdown(self, completions, problems, columns):
-        """The fix rate (tests pass in the sandbox), it and each eval metric by bug kind ('fix_rate/indentation'),
+        """(completions and references: fixed programs, answers()) The fix rate (tests pass in the sandbox), it and each eval metric by bug kind ('fix_rate/indentation'),
         and how many programs ended for each of the sandbox's reasons ('sandbox/failed')."""
         reasons = run_tests(completions, [c["tests"] for c in columns])
         scores = {"fix_rate": [float(why == "ok") for why in reasons]}
@@ -159,3 +194,34 @@ def by_bug(values, bugs):
         if mine:
             out[kind] = float(np.mean(mine))
     return out
+
+
+# ------------------------------------------------------------------------------------- the edit output
+def numbered(program):
+    """'def f(a)\n    return a' -> '1|def f(a)\n2|    return a': each line after its number and a bar."""
+    return "\n".join("%d|%s" % (i + 1, line) for i, line in enumerate(program.split("\n")))
+
+
+def unnumbered(prompt_program):
+    """numbered()'s inverse."""
+    return "\n".join(line.split("|", 1)[1] if "|" in line else line for line in prompt_program.split("\n"))
+
+
+def edit_of(broken, fixed):
+    """The numbered line of `fixed` that differs from `broken` ('3|    return acc'): a pyfix bug changes one line."""
+    old, new = broken.split("\n"), fixed.split("\n")
+    changed = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+    if len(old) != len(new) or len(changed) != 1:
+        raise ValueError("a pyfix pair must differ in exactly one line: %r -> %r" % (broken, fixed))
+    return "%d|%s" % (changed[0] + 1, new[changed[0]])
+
+
+def apply_edit(program, edit):
+    """`program` with line N replaced by the edit 'N|text'; `program` unchanged for an edit that is not of that
+    form or names no line of it (so that it fails as the broken program does)."""
+    number, bar, text = edit.partition("|")
+    lines = program.split("\n")
+    if not bar or not number.isdigit() or not 1 <= int(number) <= len(lines) or "\n" in text.rstrip("\n"):
+        return program
+    lines[int(number) - 1] = text.rstrip("\n")
+    return "\n".join(lines)

@@ -86,6 +86,11 @@ class TextTask(Task):
         """Input texts -> (B, L) long ids with a fixed L."""
         raise NotImplementedError
 
+    def answers(self, texts: List[str], prompts: List[str]) -> List[str]:
+        """What the rewards and metrics score for completions (or references) `texts` of `prompts`: the texts
+        themselves here; a task whose model writes an edit gives the edited input (pyfix's task.output edit)."""
+        return list(texts)
+
     # --- model ---------------------------------------------------------------------------------
     def model_kwargs(self) -> dict:
         return {"vocab_size": self.tokenizer.vocab_size}
@@ -115,7 +120,8 @@ class TextTask(Task):
         reward with the wrong signature, length or values, before any training (rewards.WeightedRewards.check)."""
         problems = self.train_problems[:n]
         columns = None if self.train_columns is None else self.train_columns[:n]
-        self.rewards.check([p for p, _ in problems], [r for _, r in problems], columns,
+        prompts = [p for p, _ in problems]
+        self.rewards.check(prompts, self.answers([r for _, r in problems], prompts), columns,
                            where="task %s's train data" % self.name)
 
     def problems(self, split: str) -> List[Problem]:
@@ -141,7 +147,8 @@ class TextTask(Task):
         completions = [self.tokenizer.decode(row) for row in tokens.tolist()]
         has_eos = ((tokens == EOS) & (mask > 0)).any(dim=1)                            # (N,)
         columns = None if self.train_columns is None else [self.train_columns[i] for i in idx for _ in range(group_size)]
-        rewards, parts = self.rewards.score(completions, refs, prompts, columns)       # (N,), {name: (N,)}
+        rewards, parts = self.rewards.score(self.answers(completions, prompts), self.answers(refs, prompts),
+                                            prompts, columns)                          # (N,), {name: (N,)}
         if self.sampler is not None:
             self.sampler.observe(idx, parts.get(self.metric_name, rewards), group_size)
         return Rollout(
@@ -213,8 +220,8 @@ class TextTask(Task):
         n = n or self.eval_size or len(problems)
         problems = problems[:n]
         prompts = [p for p, _ in problems]
-        refs = [r for _, r in problems]
-        completions = self.greedy_completions(policy, prompts)
+        refs = self.answers([r for _, r in problems], prompts)
+        completions = self.answers(self.greedy_completions(policy, prompts), prompts)
         result = {}
         for name, fn in sorted(self.eval_metrics.items()):
             result[name] = float(np.mean([fn(c, r, p) for c, r, p in zip(completions, refs, prompts)]))
@@ -222,7 +229,7 @@ class TextTask(Task):
         total, _ = self.rewards.score(completions, refs, prompts, None if columns is None else columns[:n])
         result["reward"] = float(total.mean())
         result["n"] = len(problems)
-        result.update(self.breakdown(completions, problems, None if columns is None else columns[:n]))
+        result.update(self.breakdown(completions, list(zip(prompts, refs)), None if columns is None else columns[:n]))
         return result
 
     def breakdown(self, completions: List[str], problems: List[Problem], columns) -> Dict[str, float]:
@@ -234,9 +241,10 @@ class TextTask(Task):
         metric of that answer."""
         problems = self.problems(split)[:k]
         prompts = [p for p, _ in problems]
-        completions = self.greedy_completions(policy, prompts)
+        completions = self.answers(self.greedy_completions(policy, prompts), prompts)
+        refs = self.answers([r for _, r in problems], prompts)
         out = []
-        for (p, r), c in zip(problems, completions):
+        for p, r, c in zip(prompts, refs, completions):
             row = {"prompt": p, "answer": c, "reference": r}
             row.update((name, float(fn(c, r, p))) for name, fn in sorted(self.eval_metrics.items()))
             out.append(row)

@@ -72,6 +72,26 @@ def merge_heads(x):
     return x.transpose(1, 2).contiguous().view(b, t, h * hd)
 
 
+def rope_tables(max_len, head_dim, base=10000.0):
+    """Rotary position tables (cos, sin), each (max_len, head_dim): position t turns each pair of a head's
+    channels (i, i + head_dim/2) by t * base^(-2i/head_dim), so that a query-key product depends on the keys'
+    distance, not on where the pair sits (RoFormer's rotary embedding, in the rotate-half layout)."""
+    if head_dim % 2:
+        raise ValueError("rotary positions need an even head size, got %d" % head_dim)
+    if getattr(torch.empty(0), "is_meta", False):                # sizes.py counts a model on the meta device
+        return torch.empty(max_len, head_dim), torch.empty(max_len, head_dim)
+    inv = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)   # (hd/2,)
+    angle = torch.arange(max_len, dtype=torch.float32)[:, None] * inv[None]       # (L, hd/2)
+    angle = torch.cat([angle, angle], dim=1)                                      # (L, hd)
+    return angle.cos(), angle.sin()
+
+
+def apply_rope(x, cos, sin):
+    """x (..., T, hd) turned by its positions' angles: cos, sin broadcastable to x ((T, hd) or (B, 1, T, hd))."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
 class Attention(nn.Module):
     """Multi-head attention with optional cross-source, additive mask and KV cache.
 
@@ -80,6 +100,8 @@ class Attention(nn.Module):
       source  (B, Tk, D) keys/values for cross-attention
       bias    additive mask broadcastable to (B, H, Tq, Tk_total), MASK_VALUE where not allowed
       past_k, past_v (B, H, T_past, hd) cached keys/values, prepended to the new ones
+      rope    (cos, sin) of the new tokens' positions (rope_tables rows): queries and new keys are turned
+              (self-attention; cached keys were turned when they were new)
     returns (y (B, Tq, D), k (B, H, Tk_total, hd), v (B, H, Tk_total, hd)) so callers can cache k, v.
     """
 
@@ -96,11 +118,13 @@ class Attention(nn.Module):
         self.attn_drop = nn.Dropout(attn_dropout)
         self.resid_drop = nn.Dropout(hidden_dropout)
 
-    def forward(self, x, source=None, bias=None, past_k=None, past_v=None):
+    def forward(self, x, source=None, bias=None, past_k=None, past_v=None, rope=None):
         src = x if source is None else source
         q = split_heads(self.q(x), self.n_head)              # (B, H, Tq, hd)
         k = split_heads(self.k(src), self.n_head)            # (B, H, Tk, hd)
         v = split_heads(self.v(src), self.n_head)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if past_k is not None:
             k = torch.cat([past_k, k], dim=2)                # (B, H, T_past + Tk, hd)
             v = torch.cat([past_v, v], dim=2)

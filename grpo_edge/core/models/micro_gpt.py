@@ -11,8 +11,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._layers import (Attention, CompletionBuffer, FeedForward, _fused_attention_ok, causal_bias, init_transformer_weights,
-                      logprobs_and_entropy, merge_heads, run_checkpointed, sample_next, shared_rows, split_heads)
+from ._layers import (Attention, CompletionBuffer, FeedForward, _fused_attention_ok, apply_rope, causal_bias,
+                      init_transformer_weights, logprobs_and_entropy, merge_heads, rope_tables, run_checkpointed,
+                      sample_next, shared_rows, split_heads)
 from .spec import ExportSpec
 
 
@@ -26,8 +27,8 @@ class GPTBlock(nn.Module):
         self.ln2 = nn.LayerNorm(d_model)
         self.mlp = FeedForward(d_model, 4 * d_model, "gelu", hidden_dropout)
 
-    def forward(self, x, bias=None, past_k=None, past_v=None):
-        a, k, v = self.attn(self.ln1(x), bias=bias, past_k=past_k, past_v=past_v)
+    def forward(self, x, bias=None, past_k=None, past_v=None, rope=None):
+        a, k, v = self.attn(self.ln1(x), bias=bias, past_k=past_k, past_v=past_v, rope=rope)
         x = x + a
         x = x + self.mlp(self.ln2(x))
         return x, k, v
@@ -39,18 +40,25 @@ class MicroGPT(nn.Module):
     forward(idx (B, T) long) -> logits (B, T, out_dim or vocab_size)
     The output head is tied to the token embedding when out_dim is None (a language-model policy);
     with out_dim set (e.g. 1 for a value head) it is a separate Linear(d_model, out_dim).
+    positions: "learned" (a learned embedding per absolute position, added to the token's) or "rope" (rotary:
+    queries and keys turned by their position, so attention sees distances; what copying text needs, pyfix).
     """
+    POSITIONS = ("learned", "rope")
 
     arch = "micro-gpt"
 
     def __init__(self, vocab_size, d_model=232, n_layer=6, n_head=8, max_len=128, hidden_dropout=0.0,
-                 attn_dropout=0.0, out_dim=None):
+                 attn_dropout=0.0, out_dim=None, positions="learned"):
         super(MicroGPT, self).__init__()
+        if positions not in self.POSITIONS:
+            raise ValueError("positions must be one of %s, got %r" % (", ".join(self.POSITIONS), positions))
+        self.positions = positions
         self.vocab_size, self.d_model, self.n_layer, self.n_head = vocab_size, d_model, n_layer, n_head
         self.max_len, self.out_dim = max_len, out_dim
         self.hidden_dropout, self.attn_dropout = hidden_dropout, attn_dropout
         self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.pos_emb = nn.Embedding(max_len, d_model)
+        if positions == "learned":
+            self.pos_emb = nn.Embedding(max_len, d_model)
         self.drop = nn.Dropout(hidden_dropout)
         self.blocks = nn.ModuleList([GPTBlock(d_model, n_head, hidden_dropout, attn_dropout)
                                      for _ in range(n_layer)])
@@ -61,6 +69,10 @@ class MicroGPT(nn.Module):
             self.head.weight = self.tok_emb.weight      # tied input/output embedding
         # Not persistent: derived from max_len, so it stays out of the state dict.
         self.register_buffer("causal", causal_bias(max_len), persistent=False)   # (1, 1, L, L)
+        if positions == "rope":
+            cos, sin = rope_tables(max_len, d_model // n_head)
+            self.register_buffer("rope_cos", cos, persistent=False)                # (L, hd)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.checkpoint_interval = 0
 
     def config(self):
@@ -68,7 +80,7 @@ class MicroGPT(nn.Module):
         return {"vocab_size": int(self.vocab_size), "d_model": int(self.d_model), "n_layer": int(self.n_layer),
                 "n_head": int(self.n_head), "max_len": int(self.max_len),
                 "hidden_dropout": float(self.hidden_dropout), "attn_dropout": float(self.attn_dropout),
-                "out_dim": None if self.out_dim is None else int(self.out_dim)}
+                "out_dim": None if self.out_dim is None else int(self.out_dim), "positions": self.positions}
 
     supports_gradient_checkpointing = True
 
@@ -82,18 +94,28 @@ class MicroGPT(nn.Module):
         if t > self.max_len:
             raise ValueError("sequence of %d tokens is longer than max_len=%d" % (t, self.max_len))
 
+    def _embed(self, idx, start):
+        """Token (+ learned position) embeddings of idx (B, T) at positions start .. start + T - 1."""
+        x = self.tok_emb(idx)
+        return x if self.positions == "rope" else x + self.pos_emb.weight[start:start + idx.shape[1]]
+
+    def _rope(self, start, t):
+        """The rotary tables' rows start .. start + t - 1, or None (learned positions)."""
+        return None if self.positions != "rope" else (self.rope_cos[start:start + t], self.rope_sin[start:start + t])
+
     def forward(self, idx):
         """idx (B, T) long -> logits (B, T, out_dim or vocab_size); causal, no padding mask."""
         t = idx.shape[1]
         self._check_len(t)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb.weight[:t])      # (B, T, D)
+        x = self.drop(self._embed(idx, 0))                               # (B, T, D)
         bias = self.causal[:, :, :t, :t]                                 # (1, 1, T, T)
+        rope = self._rope(0, t)
         use_ckpt = self.checkpoint_interval > 0 and self.training and torch.is_grad_enabled()
         for i, block in enumerate(self.blocks):
             if use_ckpt and i % self.checkpoint_interval == 0:
-                x = run_checkpointed(lambda h, b, blk=block: blk(h, bias=b)[0], x, bias)
+                x = run_checkpointed(lambda h, b, blk=block: blk(h, bias=b, rope=rope)[0], x, bias)
             else:
-                x = block(x, bias=bias)[0]
+                x = block(x, bias=bias, rope=rope)[0]
         return self.head(self.ln_f(x))                                   # (B, T, V)
 
     def empty_cache(self, batch_size, device=None):
@@ -113,13 +135,17 @@ class MicroGPT(nn.Module):
         t_past, t_new = past_keys.shape[3], idx.shape[1]
         if position is None:
             position = torch.arange(t_past, t_past + t_new, device=idx.device).unsqueeze(0).expand_as(idx)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(position))       # (B, Tn, D)
+        if self.positions == "rope":
+            x = self.drop(self.tok_emb(idx))                             # (B, Tn, D)
+            rope = (self.rope_cos[position].unsqueeze(1), self.rope_sin[position].unsqueeze(1))   # (B, 1, Tn, hd)
+        else:
+            x, rope = self.drop(self.tok_emb(idx) + self.pos_emb(position)), None
         # One new token may attend to the whole cache, so no mask is needed (and the exported
         # decode step has none); several new tokens need the causal rows of their positions.
         bias = None if t_new == 1 else self.causal[:, :, t_past:t_past + t_new, :t_past + t_new]
         keys, values = [], []
         for i, block in enumerate(self.blocks):
-            x, k, v = block(x, bias=bias, past_k=past_keys[i], past_v=past_values[i])
+            x, k, v = block(x, bias=bias, past_k=past_keys[i], past_v=past_values[i], rope=rope)
             keys.append(k)                                               # (B, H, T_past + Tn, hd)
             values.append(v)
         logits = self.head(self.ln_f(x))                                 # (B, Tn, V)
@@ -186,12 +212,16 @@ class MicroGPT(nn.Module):
         lin, ln = F.linear, F.layer_norm
         b, d, h = idx.shape[0], self.d_model, self.n_head
         fused = _fused_attention_ok() and not (self.training and self.attn_dropout > 0)
-        x = F.embedding(idx, self.tok_emb.weight) + self.pos_emb.weight[t]   # (B, 1, D)
+        x = F.embedding(idx, self.tok_emb.weight)                          # (B, 1, D)
+        x = x if self.positions == "rope" else x + self.pos_emb.weight[t]
         x = self.drop(x) if self.training else x
         for i, block in enumerate(self.blocks):
             attn, mlp = block.attn, block.mlp
             hid = ln(x, block.ln1.normalized_shape, block.ln1.weight, block.ln1.bias, block.ln1.eps)
             qkv = lin(hid, *qkv_weights[i]).view(b, 3, h, 1, d // h)           # (B, 3, H, 1, hd)
+            if self.positions == "rope":
+                qk = apply_rope(qkv[:, :2], self.rope_cos[t], self.rope_sin[t])
+                qkv = torch.cat([qk, qkv[:, 2:]], dim=1)
             keys[i, :, :, t:t + 1] = qkv[:, 1]
             values[i, :, :, t:t + 1] = qkv[:, 2]
             k, v = keys[i, :, :, :t + 1], values[i, :, :, :t + 1]               # (B, H, t + 1, hd)
@@ -248,20 +278,23 @@ class MicroGPT(nn.Module):
         (n_p, tp), (b, tc) = prompts.shape, cont.shape
         self._check_len(tp + tc)
         np_tok, d, h = n_p * tp, self.d_model, self.n_head
-        x = torch.cat([(self.tok_emb(prompts) + self.pos_emb.weight[:tp]).reshape(np_tok, d),
-                       (self.tok_emb(cont) + self.pos_emb.weight[tp:tp + tc]).reshape(b * tc, d)])
+        x = torch.cat([self._embed(prompts, 0).reshape(np_tok, d), self._embed(cont, tp).reshape(b * tc, d)])
         x = self.drop(x)                                                          # (P*Tp + B*Tc, D)
         bias_p, bias_c = self.causal[:, :, :tp, :tp], self.causal[:, :, tp:tp + tc, :tp + tc]
         for block in self.blocks:
             attn = block.attn
             hid = block.ln1(x)
             q, k, v = attn.q(hid), attn.k(hid), attn.v(hid)
-            yp = F.scaled_dot_product_attention(*[split_heads(t[:np_tok].view(n_p, tp, d), h) for t in (q, k, v)],
-                                                attn_mask=bias_p)                 # (P, H, Tp, hd)
+            qp, kp, vp = [split_heads(t[:np_tok].view(n_p, tp, d), h) for t in (q, k, v)]    # (P, H, Tp, hd)
+            if self.positions == "rope":
+                qp, kp = apply_rope(qp, *self._rope(0, tp)), apply_rope(kp, *self._rope(0, tp))
+            yp = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=bias_p)   # (P, H, Tp, hd)
             ys = [merge_heads(yp).reshape(np_tok, d)]
             if tc > 0:
                 qc, kc, vc = [split_heads(t[np_tok:].view(b, tc, d), h) for t in (q, k, v)]
-                kp, vp = [split_heads(t[:np_tok].view(n_p, tp, d), h)[row_prompt] for t in (k, v)]
+                if self.positions == "rope":
+                    qc, kc = apply_rope(qc, *self._rope(tp, tc)), apply_rope(kc, *self._rope(tp, tc))
+                kp, vp = kp[row_prompt], vp[row_prompt]
                 yc = F.scaled_dot_product_attention(qc, torch.cat([kp, kc], 2), torch.cat([vp, vc], 2),
                                                     attn_mask=bias_c)             # (B, H, Tc, hd)
                 ys.append(merge_heads(yc).reshape(b * tc, d))

@@ -70,6 +70,10 @@ def checkpoint2textir(checkpoint) -> TextIR:
     cfg = {"chars": chars, "vocab": len(chars) + N_SPECIALS, "input_len": input_len, "max_new_tokens": max_new,
            "max_len": int(mc["max_len"]), "padding": meta.get("padding", "left"), "task": state.get("task"),
            "eps": 1e-5}
+    if arch == "micro-gpt" and mc.get("positions", "learned") != "learned":
+        raise TargetError("the ESP32 text path runs learned positions only; this micro-gpt has positions=%s "
+                          "(deploy it to rpi4 / rpi5 / a Jetson, or train with model.positions=learned)"
+                          % mc.get("positions"))
     if arch == "micro-gpt":
         d, L, H = int(mc["d_model"]), int(mc["n_layer"]), int(mc["n_head"])
         cfg.update(d=d, n_layer=L, n_head=H, hd=d // H, ff=4 * d, act="gelu", ctx=input_len + max_new - 1)
