@@ -171,3 +171,34 @@ def test_right_padding_puts_each_program_at_the_start(tmp_path):
     assert PyFixTask.restore_cfg({"padding": "left"})["output"] == "program"     # a checkpoint from before edits
     with pytest.raises(Exception, match="task.padding must be left or right"):
         PyFixTask({"n_train": 40, "n_test": 10, "padding": "middle"})
+
+
+def test_augment_makes_fresh_pairs_with_made_up_names_never_a_held_out_function():
+    import random
+    import re
+    from grpo_edge.tasks.pyfix_programs import TEMPLATE_BY_NAME, fresh_pair
+    task = PyFixTask({"n_train": 200, "n_test": 40, "augment": 0.5})
+    epoch = [p for b in task.warm_start_batches(200, torch.Generator().manual_seed(0)) for p in b["prompt"].tolist()]
+    again = [p for b in task.warm_start_batches(200, torch.Generator().manual_seed(0)) for p in b["prompt"].tolist()]
+    assert epoch == again                                      # the training seed decides
+    originals = set(tuple(r) for r in task.encode_inputs([p for p, _ in task.train_problems]).tolist())
+    fresh = [p for p in epoch if tuple(p) not in originals]
+    assert 60 <= len(fresh) <= 140, len(fresh)                 # about half, each epoch
+    plain = list(task.warm_start_batches(200, torch.Generator().manual_seed(0), task.train_problems))
+    assert set(tuple(r) for b in plain for r in b["prompt"].tolist()) == originals
+    rng = random.Random(0)
+    held = set(p.fixed for p in make_split(n_train=20, n_test=300)[1])
+    made = 0
+    for pair in task._train_pairs[:100]:
+        new = fresh_pair(pair.template, pair.bug, rng, avoid=held)
+        if new is None:
+            continue
+        made += 1
+        assert new.bug == pair.bug and new.fixed not in held and fails(new.broken, new.tests)
+        assert not fails(new.fixed, new.tests)
+        name = re.match(r"def (\w+)\(", new.fixed).group(1)         # the function's name still says what it does
+        assert any(name.startswith(f.format(k=k)) for f in TEMPLATE_BY_NAME[pair.template][1] for k in range(11))
+    assert made >= 90
+    from grpo_edge.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"task.augment must be in \[0, 1\], got 1.5"):
+        PyFixTask({"n_train": 20, "n_test": 5, "augment": 1.5})

@@ -17,6 +17,7 @@ reference fix, so that a partly right answer counts). The metric is the held-out
 programs whose fix passes its asserts in the sandbox; evaluate() also gives it and the other metrics by bug
 kind (`fix_rate/missing_colon`, ...) and the sandbox's reasons (`sandbox/syntax`, `sandbox/failed`, ...).
 """
+import random
 from collections import OrderedDict
 
 import numpy as np
@@ -24,7 +25,8 @@ import torch
 
 from grpo_edge.core.tokenizer import PAD, CharTokenizer
 from grpo_edge.errors import ConfigError
-from grpo_edge.tasks.pyfix_programs import BUG_KINDS, make_split
+from grpo_edge.core import devices
+from grpo_edge.tasks.pyfix_programs import BUG_KINDS, fresh_pair, make_split
 from grpo_edge.tasks.rewards import exact_match, parses, run_tests, similarity
 from grpo_edge.tasks.text_base import TextTask, cfg_get, padding_of
 
@@ -48,6 +50,9 @@ class PyFixTask(TextTask):
       output ("edit")        "edit": the prompt's lines are numbered ("2|    return a + b") and the model writes the
                              one line it changes, numbered ("2|    return a - b"; apply_edit makes the fixed program);
                              "program": the prompt is the program as it is and the model writes the whole fix
+      augment (0.0)          share of the train pairs that each warm start epoch replaces with a fresh pair of the
+                             same template and bug kind whose names are made up (pyfix_programs.fresh_pair; never a
+                             held-out function): names the model cannot recall, only copy
       padding ("left")       where prompts are padded: "left" (the prompt ends where the fix begins) or
                              "right" (character i of the program and of its fix are always prompt_len apart)
       temperature (1.0)      sampling temperature of rollouts
@@ -61,9 +66,10 @@ class PyFixTask(TextTask):
     metric_name = "fix_rate"
     default_rewards = {"tests_pass": 1.0, "parses": 0.1, "similarity": 0.3}
     defaults = {"n_train": 2000, "n_test": 300, "test_fraction": 0.2, "split_seed": 0, "prompt_len": None,
-                "max_new_tokens": None, "output": "edit", "padding": "left", "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
+                "max_new_tokens": None, "output": "edit", "augment": 0.0, "padding": "left", "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
                 "reward_errors": "raise", "eval_size": 0}
     eval_metrics = {"exact_match": exact_match, "parses": parses, "similarity": similarity}
+    ranges = dict(TextTask.ranges, augment=(0, 1, True, True))
 
     def __init__(self, cfg: dict = None, seed: int = 0):
         cfg = dict(cfg or {})
@@ -79,7 +85,11 @@ class PyFixTask(TextTask):
         self.output = cfg_get(cfg, "output", "edit", str)
         if self.output not in OUTPUTS:
             raise ConfigError("task.output must be one of %s, got %r" % ("|".join(OUTPUTS), self.output))
+        self.augment = float(cfg_get(cfg, "augment", 0.0, (int, float)))
+        if not 0.0 <= self.augment <= 1.0:
+            raise ConfigError("task.augment must be in [0, 1], got %r" % self.augment)
         train, test = make_split(n_train, n_test, test_fraction, self.split_seed)
+        self._train_pairs, self._test_functions = train, set(p.fixed for p in test)
         self.tokenizer = CharTokenizer(CHARS)
         self.train_problems = [self.problem_of(p.broken, p.fixed) for p in train]
         self.test_problems = [self.problem_of(p.broken, p.fixed) for p in test]
@@ -116,6 +126,33 @@ class PyFixTask(TextTask):
         if self.output == "program":
             return list(texts)
         return [apply_edit(self.program_of(p), t) for t, p in zip(texts, prompts)]
+
+    def _augmented(self, idx, generator):
+        """(problems, columns) of train indices idx, each made a fresh pair of its template and bug kind with
+        made-up names with probability task.augment (about 0.3 ms a pair): names the model cannot recall."""
+        rng = random.Random(int(devices.randint(2 ** 31, (1,), generator).item()))
+        problems, columns = [self.train_problems[i] for i in idx], [self.train_columns[i] for i in idx]
+        for k, i in enumerate(idx):
+            if rng.random() < self.augment:
+                pair = self._train_pairs[i]
+                fresh = fresh_pair(pair.template, pair.bug, rng, avoid=self._test_functions)
+                problem = None if fresh is None else self.problem_of(fresh.broken, fresh.fixed)
+                if problem and len(problem[0]) <= self.prompt_len and len(problem[1]) < self.max_new_tokens:
+                    problems[k], columns[k] = problem, self._columns(fresh)   # (too long: the pair as it is)
+        return problems, columns
+
+    def warm_start_batches(self, batch_size, generator, problems=None):
+        """One shuffled epoch; with task.augment, that share of the train pairs (drawn anew each epoch) made
+        fresh pairs with made-up names, the rest as they are."""
+        if self.augment and problems is None:
+            problems = self._augmented(range(len(self.train_problems)), generator)[0]
+        return super(PyFixTask, self).warm_start_batches(batch_size, generator, problems)
+
+    def rollout_problems(self, idx, generator):
+        """The train problems of idx, task.augment of them made fresh pairs (as in the warm start)."""
+        if not self.augment:
+            return super(PyFixTask, self).rollout_problems(idx, generator)
+        return self._augmented(idx, generator)
 
     @staticmethod
     def _columns(pair):

@@ -164,15 +164,34 @@ def name_like(word, rng, suffixes=SUFFIXES, prefixes=PREFIXES):
     return word
 
 
-def fill(template, rng):
-    """One function of `template` (a TEMPLATES row): (source, the argument tuples with constants filled)."""
+def random_name(word, rng):
+    """A made-up name for any role (`word` unused): 1 to 7 random lowercase letters, now and then two such
+    parts joined by '_' or a digit after them; never a keyword or a builtin's name. A model cannot recall
+    these, only copy them (the train-time augmentation, fresh_pair)."""
+    for _ in range(8):
+        name = "".join(rng.choice(LETTERS) for _ in range(rng.randint(1, 7)))
+        if rng.random() < 0.25:
+            name += "_" + "".join(rng.choice(LETTERS) for _ in range(rng.randint(1, 4)))
+        if rng.random() < 0.2:
+            name += rng.choice("0123456789")
+        if not keyword.iskeyword(name) and not hasattr(builtins, name):
+            return name
+    return word
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def fill(template, rng, namer=name_like):
+    """One function of `template` (a TEMPLATES row): (source, the argument tuples with constants filled).
+    namer(word, rng) names each role (name_like: the role's word, maybe with a prefix or suffix)."""
     _, fnames, source, args = template
     choice = {"k": rng.choice(CONSTS["k"])}
     choice["f"] = name_like(rng.choice(fnames).format(k=choice["k"]), rng, FUNCTION_SUFFIXES, ())
     taken = {choice["f"]}
     for key in sorted(NAMES):                       # distinct roles get distinct names, none the function's
         for _ in range(16):
-            choice[key] = name_like(rng.choice(NAMES[key]), rng)
+            choice[key] = namer(rng.choice(NAMES[key]), rng)
             if choice[key] not in taken:
                 break
         else:                                       # (never seen) a plain name no other role has
@@ -328,6 +347,25 @@ def _pairs(funcs, n, rng):
         if broken is not None:
             out.append(Pair(broken, source, tests, bug, name))
     return out
+
+
+TEMPLATE_BY_NAME = dict((t[0], t) for t in TEMPLATES)
+
+
+def fresh_pair(template_name, bug, rng, avoid=(), tries=20):
+    """A new pair of a template and bug kind, its names made up (random_name; the function's name still says
+    what it does): the train-time augmentation (task.augment). Never a function in `avoid` (the held-out
+    ones); None when no such pair came in `tries`."""
+    template = TEMPLATE_BY_NAME[template_name]
+    for _ in range(tries):
+        source, args = fill(template, rng, namer=random_name)
+        if source in avoid:
+            continue
+        tests = tests_for(source, args)
+        broken = break_program(source, tests, bug, rng)
+        if broken is not None:
+            return Pair(broken, source, tests, bug, template_name)
+    return None
 
 
 def make_split(n_train=2000, n_test=300, test_fraction=0.2, split_seed=0, per_template=60):

@@ -137,7 +137,8 @@ class TextTask(Task):
             idx = self.sampler.sample(num_groups, generator)
         else:
             idx = devices.randint(len(self.train_problems), (num_groups,), generator).tolist()
-        problems = [self.train_problems[i] for i in idx for _ in range(group_size)]   # sample i -> group i // G
+        chosen, chosen_columns = self.rollout_problems(idx, generator)
+        problems = [p for p in chosen for _ in range(group_size)]                     # sample i -> group i // G
         prompts = [p for p, _ in problems]
         refs = [r for _, r in problems]
         x = self.encode_inputs(prompts).to(device)                                     # (N, L)
@@ -146,7 +147,7 @@ class TextTask(Task):
                                                  generator=generator)                  # each (N, Tn)
         completions = [self.tokenizer.decode(row) for row in tokens.tolist()]
         has_eos = ((tokens == EOS) & (mask > 0)).any(dim=1)                            # (N,)
-        columns = None if self.train_columns is None else [self.train_columns[i] for i in idx for _ in range(group_size)]
+        columns = None if chosen_columns is None else [c for c in chosen_columns for _ in range(group_size)]
         rewards, parts = self.rewards.score(self.answers(completions, prompts), self.answers(refs, prompts),
                                             prompts, columns)                          # (N,), {name: (N,)}
         if self.sampler is not None:
@@ -158,6 +159,11 @@ class TextTask(Task):
             truncated=~has_eos, num_env_steps=int(mask.sum().item()),
             extras={"samples": list(zip(prompts, completions, refs))[:4]},
         )
+
+    def rollout_problems(self, idx, generator):
+        """(problems, their data columns or None) a rollout asks the policy about, for train indices `idx`."""
+        columns = None if self.train_columns is None else [self.train_columns[i] for i in idx]
+        return [self.train_problems[i] for i in idx], columns
 
     def logprobs(self, policy, rollout: Rollout):
         """(logp (N, Tn), entropy (N, Tn)) of rollout.actions at the sampling temperature, with grad."""
@@ -176,11 +182,13 @@ class TextTask(Task):
         from grpo_edge.core.tokenizer import encode_targets
         return encode_targets(self.tokenizer, texts)
 
-    def warm_start_batches(self, batch_size: int, generator: torch.Generator):
-        """One shuffled epoch over the train problems: {input_key: (B, L), "target": (B, T), "target_mask": (B, T)}."""
-        order = devices.randperm(len(self.train_problems), generator).tolist()
+    def warm_start_batches(self, batch_size: int, generator: torch.Generator, problems=None):
+        """One shuffled epoch over the train problems (or `problems`): {input_key: (B, L), "target": (B, T),
+        "target_mask": (B, T)}."""
+        problems = self.train_problems if problems is None else problems
+        order = devices.randperm(len(problems), generator).tolist()
         for i in range(0, len(order), batch_size):
-            chunk = [self.train_problems[j] for j in order[i:i + batch_size]]
+            chunk = [problems[j] for j in order[i:i + batch_size]]
             target, target_mask = self.encode_targets([r for _, r in chunk])
             yield {self.input_key: self.encode_inputs([p for p, _ in chunk]),
                    "target": target, "target_mask": target_mask}
