@@ -255,7 +255,9 @@ def edit_of(broken, fixed):
 
 def apply_edit(program, edit):
     """`program` with line N replaced by the edit 'N|text'; `program` unchanged for an edit that is not of that
-    form or names no line of it (so that it fails as the broken program does)."""
+    form or names no line of it (so that it fails as the broken program does). The Pi folder's runner, which
+    imports nothing of grpo_edge, has its own copy (runtime/pi_runner.fixed_program; tests/test_rpi_pyfix.py
+    checks that they agree)."""
     number, bar, text = edit.partition("|")
     lines = program.split("\n")
     if not bar or not number.isdigit() or not 1 <= int(number) <= len(lines) or "\n" in text.rstrip("\n"):
