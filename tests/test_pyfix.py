@@ -173,7 +173,7 @@ def test_right_padding_puts_each_program_at_the_start(tmp_path):
         PyFixTask({"n_train": 40, "n_test": 10, "padding": "middle"})
 
 
-def test_augment_makes_fresh_pairs_with_made_up_names_never_a_held_out_function():
+def test_augment_makes_fresh_pairs_never_a_held_out_function_with_the_names_asked_for():
     import random
     import re
     from grpo_edge.tasks.pyfix_programs import TEMPLATE_BY_NAME, fresh_pair
@@ -199,6 +199,17 @@ def test_augment_makes_fresh_pairs_with_made_up_names_never_a_held_out_function(
         name = re.match(r"def (\w+)\(", new.fixed).group(1)         # the function's name still says what it does
         assert any(name.startswith(f.format(k=k)) for f in TEMPLATE_BY_NAME[pair.template][1] for k in range(11))
     assert made >= 90
+    from grpo_edge.tasks.pyfix_programs import NAMES, PREFIXES, SUFFIXES
+    known = set(n for names in NAMES.values() for w in names for n in [w] + [a + w for a in PREFIXES]
+                + [w + z for z in SUFFIXES])
+    def roles(source):                                          # the names a function's roles have
+        return set(re.findall(r"\b[a-z_][a-z_0-9]*\b", source.split(":", 1)[0].split("(", 1)[1]))
+    split_like = [fresh_pair(p.template, p.bug, rng, held, made_up=0.0) for p in task._train_pairs[:60]]
+    assert all(roles(f.fixed) <= known for f in split_like if f)      # made_up_names 0: names as the split's
+    made_up = [fresh_pair(p.template, p.bug, rng, held, made_up=1.0) for p in task._train_pairs[:60]]
+    assert sum(not roles(f.fixed) <= known for f in made_up if f) >= 50
     from grpo_edge.errors import ConfigError
     with pytest.raises(ConfigError, match=r"task.augment must be in \[0, 1\], got 1.5"):
         PyFixTask({"n_train": 20, "n_test": 5, "augment": 1.5})
+    with pytest.raises(ConfigError, match=r"task.made_up_names must be in \[0, 1\], got -0.5"):
+        PyFixTask({"n_train": 20, "n_test": 5, "made_up_names": -0.5})

@@ -50,9 +50,11 @@ class PyFixTask(TextTask):
       output ("edit")        "edit": the prompt's lines are numbered ("2|    return a + b") and the model writes the
                              one line it changes, numbered ("2|    return a - b"; apply_edit makes the fixed program);
                              "program": the prompt is the program as it is and the model writes the whole fix
-      augment (0.0)          share of the train pairs that each warm start epoch replaces with a fresh pair of the
-                             same template and bug kind whose names are made up (pyfix_programs.fresh_pair; never a
-                             held-out function): names the model cannot recall, only copy
+      augment (0.0)          share of the train pairs that each warm start epoch and GRPO batch replaces with a
+                             fresh pair of the same template and bug kind (pyfix_programs.fresh_pair; never a
+                             held-out function)
+      made_up_names (0.0)    share of a fresh pair's names that are made up (random letters: names the model
+                             cannot recall, only copy); the rest are drawn as the split's names are
       padding ("left")       where prompts are padded: "left" (the prompt ends where the fix begins) or
                              "right" (character i of the program and of its fix are always prompt_len apart)
       temperature (1.0)      sampling temperature of rollouts
@@ -66,10 +68,10 @@ class PyFixTask(TextTask):
     metric_name = "fix_rate"
     default_rewards = {"tests_pass": 1.0, "parses": 0.1, "similarity": 0.3}
     defaults = {"n_train": 2000, "n_test": 300, "test_fraction": 0.2, "split_seed": 0, "prompt_len": None,
-                "max_new_tokens": None, "output": "edit", "augment": 0.0, "padding": "left", "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
+                "max_new_tokens": None, "output": "edit", "augment": 0.0, "made_up_names": 0.0, "padding": "left", "temperature": 1.0, "rewards": dict(default_rewards), "reward": None,
                 "reward_errors": "raise", "eval_size": 0}
     eval_metrics = {"exact_match": exact_match, "parses": parses, "similarity": similarity}
-    ranges = dict(TextTask.ranges, augment=(0, 1, True, True))
+    ranges = dict(TextTask.ranges, augment=(0, 1, True, True), made_up_names=(0, 1, True, True))
 
     def __init__(self, cfg: dict = None, seed: int = 0):
         cfg = dict(cfg or {})
@@ -88,6 +90,9 @@ class PyFixTask(TextTask):
         self.augment = float(cfg_get(cfg, "augment", 0.0, (int, float)))
         if not 0.0 <= self.augment <= 1.0:
             raise ConfigError("task.augment must be in [0, 1], got %r" % self.augment)
+        self.made_up_names = float(cfg_get(cfg, "made_up_names", 0.0, (int, float)))
+        if not 0.0 <= self.made_up_names <= 1.0:
+            raise ConfigError("task.made_up_names must be in [0, 1], got %r" % self.made_up_names)
         train, test = make_split(n_train, n_test, test_fraction, self.split_seed)
         self._train_pairs, self._test_functions = train, set(p.fixed for p in test)
         self.tokenizer = CharTokenizer(CHARS)
@@ -129,13 +134,13 @@ class PyFixTask(TextTask):
 
     def _augmented(self, idx, generator):
         """(problems, columns) of train indices idx, each made a fresh pair of its template and bug kind with
-        made-up names with probability task.augment (about 0.3 ms a pair): names the model cannot recall."""
+        names task.made_up_names of them made up, with probability task.augment (about 0.3 ms a pair)."""
         rng = random.Random(int(devices.randint(2 ** 31, (1,), generator).item()))
         problems, columns = [self.train_problems[i] for i in idx], [self.train_columns[i] for i in idx]
         for k, i in enumerate(idx):
             if rng.random() < self.augment:
                 pair = self._train_pairs[i]
-                fresh = fresh_pair(pair.template, pair.bug, rng, avoid=self._test_functions)
+                fresh = fresh_pair(pair.template, pair.bug, rng, self._test_functions, made_up=self.made_up_names)
                 problem = None if fresh is None else self.problem_of(fresh.broken, fresh.fixed)
                 if problem and len(problem[0]) <= self.prompt_len and len(problem[1]) < self.max_new_tokens:
                     problems[k], columns[k] = problem, self._columns(fresh)   # (too long: the pair as it is)

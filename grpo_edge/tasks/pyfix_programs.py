@@ -352,13 +352,17 @@ def _pairs(funcs, n, rng):
 TEMPLATE_BY_NAME = dict((t[0], t) for t in TEMPLATES)
 
 
-def fresh_pair(template_name, bug, rng, avoid=(), tries=20):
-    """A new pair of a template and bug kind, its names made up (random_name; the function's name still says
-    what it does): the train-time augmentation (task.augment). Never a function in `avoid` (the held-out
-    ones); None when no such pair came in `tries`."""
+def fresh_pair(template_name, bug, rng, avoid=(), tries=20, made_up=0.0):
+    """A new pair of a template and bug kind: the train-time augmentation (task.augment). Each role's name is
+    made up (random_name) with probability `made_up`, else drawn as the split's names are (name_like); the
+    function's name still says what it does. Never a function in `avoid` (the held-out ones); None when no
+    such pair came in `tries`."""
     template = TEMPLATE_BY_NAME[template_name]
+
+    def namer(word, rng):
+        return random_name(word, rng) if rng.random() < made_up else name_like(word, rng)
     for _ in range(tries):
-        source, args = fill(template, rng, namer=random_name)
+        source, args = fill(template, rng, namer=namer)
         if source in avoid:
             continue
         tests = tests_for(source, args)
