@@ -261,6 +261,27 @@ class GRPOTrainer(Trainer):
             if self.rank == 0:                 # one writer
                 save_checkpoint(self._path(name), state)
 
+    def init_from(self, path):
+        """Start this run from another run's policy (its warm_start.pt, best.pt, ...): the weights, whether it
+        was warm-started and the warm start's scores; nothing else (step 0, a fresh optimizer, this run's
+        config and seed). Its architecture, model sizes, task and tokenizer must be this run's."""
+        state = load_checkpoint(path, map_location="cpu")
+        ours = {"arch": self.policy.arch, "task": self.task.name, "model_config": self.policy.config(),
+                "tokenizer": self.task.checkpoint_meta().get("tokenizer")}
+        theirs = dict(ours, arch=state.get("arch"), task=state.get("task"), model_config=state.get("model_config"),
+                      tokenizer=(state.get("task_meta") or {}).get("tokenizer"))
+        for key in ("arch", "task", "model_config", "tokenizer"):
+            if theirs[key] != ours[key]:
+                raise CheckpointError("--init-from %s: its %s differs from this run's (%s); train with the same "
+                                      "model and task settings" % (path, key.replace("_", " "),
+                                                                   _differences(theirs[key], ours[key])))
+        self.policy.load_state_dict(state["model"])
+        if self.ref_policy is not None:           # the KL anchor is the policy we start from
+            self.ref_policy.load_state_dict(state["model"])
+        self.warm_started = bool(state.get("warm_started"))
+        if (state.get("run") or {}).get("warm_start_eval"):
+            self.warm_start_eval = state["run"]["warm_start_eval"]
+
     def resume(self):
         """Continue from save_dir/last.pt exactly (model, optimizer, scheduler, RNG, step).
 
@@ -507,6 +528,19 @@ class GRPOTrainer(Trainer):
             plot_curves(self.history, self._path("curves.svg"), title="%s / %s" % (self.task.name, self.policy.arch),
                         metric="eval_" + metric_name, start=after)
         return summary
+
+
+def _short(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _differences(theirs, ours):
+    """'d_model 128 vs 48, n_layer 3 vs 1' for two dicts; the two values (shortened) otherwise."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        keys = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+        return ", ".join("%s %s vs %s" % (k, _short(theirs.get(k), 30), _short(ours.get(k), 30)) for k in keys)
+    return "%s vs %s" % (_short(theirs), _short(ours))
 
 
 def install_sigterm_handler():

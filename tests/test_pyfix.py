@@ -104,6 +104,35 @@ def test_train_pyfix_picks_its_recipe_and_warm_starts(tmp_path):
     assert state["task"] == "pyfix" and state["task_meta"]["prompt_end"] == PROMPT_END
 
 
+def test_init_from_starts_grpo_from_a_warm_start_without_redoing_it(tmp_path):
+    from tests.conftest import one_error_line
+    small = ["--set", "task.name=pyfix", "--set", "task.n_train=64", "--set", "task.n_test=16", "--set",
+             "model.d_model=32", "--set", "model.n_layer=1", "--set", "training.batch_size=4", "--set",
+             "grpo.group_size=2", "--set", "training.eval_n=16"]
+    r = cli_in(tmp_path, "train", *small, "--set", "training.steps=1", "--set", "training.warm_start_epochs=1",
+               "--save_dir", "first")
+    assert r.returncode == 0, r.stderr
+    start = torch.load(tmp_path / "first" / "warm_start.pt", weights_only=True)
+    r = cli_in(tmp_path, "train", *small, "--set", "training.steps=2", "--set", "training.warm_start_epochs=1",
+               "--set", "task.temperature=0.7", "--set", "training.lr=1e-12", "--init-from", "first/warm_start.pt",
+               "--save_dir", "second")
+    assert r.returncode == 0, r.stderr
+    assert "init from first/warm_start.pt (warm-started)" in r.stderr and "supervised warm start" not in r.stdout + r.stderr
+    after = torch.load(tmp_path / "second" / "last.pt", weights_only=True)
+    assert after["step"] == 2 and after["config"]["task"]["temperature"] == 0.7
+    assert all(torch.allclose(after["model"][k], v, atol=1e-6) for k, v in start["model"].items())   # the weights it took
+    summary = json.loads((tmp_path / "second" / "summary.json").read_text())
+    assert summary["warm_start"] == json.loads((tmp_path / "first" / "summary.json").read_text())["warm_start"]
+    r = cli_in(tmp_path, "train", *small, "--set", "model.d_model=48", "--init-from", "first/warm_start.pt",
+               "--save_dir", "third")
+    assert "--init-from first/warm_start.pt: its model config differs from this run's (d_model 32 vs 48)" in one_error_line(r)
+    assert not (tmp_path / "third" / "last.pt").exists()
+    r = cli_in(tmp_path, "train", *small, "--resume", "--init-from", "first/warm_start.pt", "--save_dir", "second")
+    assert "give one of them" in one_error_line(r)
+    r = cli_in(tmp_path, "train", *small, "--init-from", "nowhere.pt", "--save_dir", "fourth")
+    assert "nowhere.pt" in one_error_line(r)
+
+
 @pytest.mark.parametrize("output", ["edit", "program"])
 def test_the_fix_rate_runs_each_fix_with_its_tests_in_the_sandbox(output):
     task = PyFixTask({"n_train": 20, "n_test": 60, "output": output})

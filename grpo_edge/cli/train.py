@@ -14,6 +14,7 @@ def train(
     data_path: Optional[str] = typer.Option(None, "--data-path", "--data_path", help="Your own text data: JSONL, CSV or TSV with a prompt column and a completion or answer column (task text, the default with this option; zh-en-numbers takes src/tgt pairs). docs/own_task.md."),
     save_dir: Optional[str] = typer.Option(None, "--save-dir", "--save_dir", help="Run folder (default runs/<task>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from <save-dir>/last.pt exactly (without --config: as <save-dir>/config.yaml says)."),
+    init_from: Optional[str] = typer.Option(None, "--init-from", "--init_from", help="Start from another run's policy (e.g. runs/pyfix/warm_start.pt): its weights and warm start, this run's config, step 0 and a fresh optimizer."),
     force: bool = typer.Option(False, "--force", help="Start over in a --save-dir that holds another run: deletes that run's own files (last.pt, best.pt, metrics.jsonl, ...), nothing else."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (CPU runs are reproducible)."),
     device: Optional[str] = typer.Option(None, "--device", help="auto (default: CUDA for a model of 50k+ parameters when torch sees a GPU, else the CPU; the choice is printed), cpu or cuda."),
@@ -70,7 +71,7 @@ def train(
     install_sigterm_handler()
     existed, trainer = run_dir.exists(), None
     try:
-        trainer = GRPOTrainer(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+        trainer = _new_trainer(GRPOTrainer, cfg, run_dir, resume, init_from, quiet)
         _echo_start(trainer, recipe_why)
         if resume and trainer.step >= trainer.config_obj.training.steps:
             _say_nothing_to_do(trainer, run_dir)
@@ -87,6 +88,18 @@ def train(
     if not is_main():                   # under torchrun every rank ran the same command: rank 0 speaks for all
         return
     _say_done(trainer, summary, run_dir)
+
+
+def _new_trainer(trainer_class, cfg, run_dir, resume, init_from, quiet):
+    """The run's trainer: resumed from run_dir/last.pt, or started from --init-from's policy, or new."""
+    if init_from and resume:
+        raise ConfigError("--init-from starts a new run and --resume continues one: give one of them")
+    trainer = trainer_class(config=cfg, save_dir=run_dir, resume=resume, progress=not quiet)
+    if init_from:
+        trainer.init_from(init_from)
+        typer.echo("init from %s (%s)" % (init_from, "warm-started" if trainer.warm_started else "not warm-started"),
+                   err=True)
+    return trainer
 
 
 def _say_done(trainer, summary, run_dir):
