@@ -268,9 +268,9 @@ class GRPOTrainer(Trainer):
         state = load_checkpoint(path, map_location="cpu")
         ours = {"arch": self.policy.arch, "task": self.task.name, "model_config": self.policy.config(),
                 "tokenizer": self.task.checkpoint_meta().get("tokenizer")}
-        theirs = dict(ours, arch=state.get("arch"), task=state.get("task"), model_config=state.get("model_config"),
-                      tokenizer=(state.get("task_meta") or {}).get("tokenizer"))
-        for key in ("arch", "task", "model_config", "tokenizer"):
+        theirs = {"arch": state.get("arch"), "task": state.get("task"), "model_config": state.get("model_config"),
+                  "tokenizer": (state.get("task_meta") or {}).get("tokenizer")}
+        for key in ours:
             if theirs[key] != ours[key]:
                 raise CheckpointError("--init-from %s: its %s differs from this run's (%s); train with the same "
                                       "model and task settings" % (path, key.replace("_", " "),
